@@ -1,0 +1,49 @@
+"""Run the benchmarks: ``python -m bench [--quick] [NAME ...]`` (names like ``b0``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+from bench.harness import Context, machine
+from tests.infra import kafka as kafka_infra
+
+
+def discover() -> list[str]:
+    here = Path(__file__).resolve().parent
+    return sorted(p.stem for p in here.glob("b[0-9]*_*.py"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", help="benchmarks to run (prefixes: b0, b1, ...)")
+    parser.add_argument("--quick", action="store_true", help="small workloads, to check they run")
+    args = parser.parse_args()
+    chosen = [m for m in discover() if not args.names or any(m.startswith(n) for n in args.names)]
+    if not chosen:
+        print(f"no benchmark matches {args.names}; there are: {discover()}", file=sys.stderr)
+        return 2
+
+    workdir = kafka_infra.CACHE / "runs" / "bench"
+    started = time.monotonic()
+    broker = kafka_infra.start_broker(workdir)
+    print(
+        f"broker {broker.version} up on {broker.bootstrap} in {time.monotonic() - started:.1f} s;"
+        f" machine: {machine()}\n"
+    )
+    try:
+        ctx = Context(bootstrap=broker.bootstrap, quick=args.quick)
+        for name in chosen:
+            table = importlib.import_module(f"bench.{name}").run(ctx)
+            print(table.render())
+            print(f"  (saved to {table.save()})\n")
+    finally:
+        broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""``python -m kafleet``: the same command line as the ``kafleet`` console script."""
+
+from kafleet.cli import main
+
+raise SystemExit(main())

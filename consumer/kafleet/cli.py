@@ -1,0 +1,46 @@
+"""The ``kafleet`` command line.
+
+Owns: argument parsing and dispatch to subcommands. Does not own any behaviour of its own: each
+subcommand is a thin shim over the module that does the work (the worker, the sidecar, the
+operator), so that everything it runs can also be called from Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+from collections.abc import Sequence
+
+import confluent_kafka
+
+import kafleet
+
+
+def _version_text() -> str:
+    client = confluent_kafka.__version__
+    librdkafka, _ = confluent_kafka.libversion()
+    return (
+        f"kafleet {kafleet.__version__} (confluent-kafka {client}, librdkafka {librdkafka}, "
+        f"Python {platform.python_version()})"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kafleet",
+        description="Run Kafka consumers that do slow, real work: in parallel, back-pressured, "
+        "committing only what is done.",
+    )
+    parser.add_argument("--version", action="version", version=_version_text())
+    parser.add_subparsers(dest="command", metavar="COMMAND")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    parser.error(f"unknown command {args.command!r}")  # exits with status 2
+    return 2

@@ -1,0 +1,410 @@
+"""A real single-node Apache Kafka broker for the tests, the benchmarks and the demo.
+
+Owns: fetching the broker's jars from Maven Central (``mvn dependency:copy-dependencies`` on
+``kafka-pom.xml``) into ``.cache/kafka/<version>/libs``, formatting a combined KRaft node
+(broker and controller in one JVM) on free loopback ports, enabling share groups, waiting until
+it answers, and stopping it by its own pid. Everything it writes lives under ``.cache/``.
+
+Does not own: topics, producers or consumers (``tests/conftest.py`` builds those on top), nor
+any Kafka configuration that a test should choose for itself.
+
+Command line, used by the Makefile (``make kafka-up`` / ``make kafka-down``)::
+
+    python -m tests.infra.kafka up      # start (or reuse) the development broker, print bootstrap
+    python -m tests.infra.kafka down    # stop it
+    python -m tests.infra.kafka status  # print its bootstrap address, exit 1 if it is not running
+    python -m tests.infra.kafka jars    # only fetch the jars
+
+Why 4.3.1: it is the newest Kafka 4.x release whose artifacts are all on Maven Central
+(``kafka_2.13`` 4.4.0 is there, but ``kafka-tools`` 4.4.0, which holds FeatureCommand, is not),
+and the storage tool and the broker must be the same version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+KAFKA_VERSION = os.environ.get("KAFLEET_KAFKA_VERSION", "4.3.1")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CACHE = REPO_ROOT / ".cache" / "kafka"
+POM = Path(__file__).with_name("kafka-pom.xml")
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 30.0
+
+
+class TestbedError(RuntimeError):
+    """The test bed could not provide a component; the message says what is missing and why."""
+
+    __test__ = False  # not a test class, whatever pytest's name heuristics think
+
+
+def _require(tool: str, why: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise TestbedError(
+            f"'{tool}' was not found on PATH; {why}. Install it (Debian: "
+            f"apt-get install {'openjdk-17-jre-headless' if tool == 'java' else 'maven'}) "
+            "and run again."
+        )
+    return path
+
+
+def libs_dir(version: str = KAFKA_VERSION) -> Path:
+    """Fetch the broker's jars once (reused when present) and return their folder."""
+    libs = CACHE / version / "libs"
+    marker = libs / ".complete"
+    if marker.exists():
+        return libs
+    mvn = _require("mvn", "Maven fetches the Kafka broker's jars from Maven Central")
+    _require("java", "the Kafka broker is a Java program (Java 17 or newer)")
+    tmp = libs.with_name("libs.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    cmd = [
+        mvn,
+        "-q",
+        "-B",
+        "-f",
+        str(POM),
+        "dependency:copy-dependencies",
+        f"-Dkafka.version={version}",
+        f"-DoutputDirectory={tmp}",
+        "-DincludeScope=runtime",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise TestbedError(
+            f"mvn could not fetch Apache Kafka {version}'s jars (exit {done.returncode}):\n"
+            f"{(done.stdout + done.stderr)[-3000:]}"
+        )
+    shutil.rmtree(libs, ignore_errors=True)
+    tmp.rename(libs)
+    marker.write_text(version + "\n")
+    return libs
+
+
+def free_port() -> int:
+    """A TCP port on the loopback address that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); reap it if it is ours.
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return reaped == 0
+
+
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+@dataclass
+class KafkaBroker:
+    """One combined KRaft node whose data, config and log live in ``workdir``.
+
+    ``start`` formats the storage the first time; ``stop`` then ``start`` restarts the same node
+    with its data, on the same ports, which is what broker-outage tests need.
+    """
+
+    workdir: Path
+    port: int
+    controller_port: int
+    version: str = KAFKA_VERSION
+    pid: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "broker.log"
+
+    @property
+    def _config_path(self) -> Path:
+        return self.workdir / "server.properties"
+
+    def _properties(self) -> dict[str, str | int]:
+        return {
+            "process.roles": "broker,controller",
+            "node.id": 1,
+            "controller.quorum.bootstrap.servers": f"{LOOPBACK}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{LOOPBACK}:{self.port},"
+            f"CONTROLLER://{LOOPBACK}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self.port},"
+            f"CONTROLLER://{LOOPBACK}:{self.controller_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.workdir / "data"),
+            # One node: every internal topic must have replication factor 1, or it never forms.
+            "offsets.topic.replication.factor": 1,
+            "offsets.topic.num.partitions": 10,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "share.coordinator.state.topic.replication.factor": 1,
+            "share.coordinator.state.topic.min.isr": 1,
+            "share.coordinator.state.topic.num.partitions": 5,
+            # Fast tests: no wait for more members before the first rebalance.
+            "group.initial.rebalance.delay.ms": 0,
+            # Tests create their topics explicitly; a typo must not create a new topic silently.
+            "auto.create.topics.enable": "false",
+            "num.partitions": 1,
+        }
+
+    def _java(self, main: str, *args: str, log: bool = False) -> list[str]:
+        java = _require("java", "the Kafka broker is a Java program (Java 17 or newer)")
+        cmd = [java, "-Xms128m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
+        if log:
+            cmd.append(f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}")
+        else:
+            cmd.append("-Dlog4j2.level=WARN")
+        return [*cmd, "-cp", str(libs_dir(self.version) / "*"), main, *args]
+
+    def _tool(self, main: str, *args: str, timeout: float = 60.0) -> str:
+        done = subprocess.run(
+            self._java(main, *args), capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if done.returncode != 0:
+            raise TestbedError(
+                f"{main} {' '.join(args)} failed (exit {done.returncode}):\n"
+                f"{(done.stdout + done.stderr)[-3000:]}"
+            )
+        return done.stdout
+
+    def _format(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._config_path.write_text(
+            "".join(f"{key}={value}\n" for key, value in self._properties().items())
+        )
+        (self.workdir / "log4j2.properties").write_text(LOG4J2.format(log=self.log_path))
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        self._tool(
+            "kafka.tools.StorageTool",
+            "format",
+            "--config",
+            str(self._config_path),
+            "--cluster-id",
+            cluster_id,
+            "--standalone",
+            "--feature",
+            "share.version=1",
+        )
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Start the node (formatting it on first use) and wait until it serves metadata."""
+        if self.pid is not None and _pid_alive(self.pid):
+            return
+        if not (self.workdir / "data" / "meta.properties").exists():
+            self._format()
+        with open(self.workdir / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(self._config_path), log=True),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in a terminal reaches the tests, not the broker
+            )
+        self.pid = proc.pid
+        self._save_state()
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.pid is None or not _pid_alive(self.pid):
+                raise TestbedError(
+                    f"the Kafka broker exited while starting; its log ({self.log_path}) ends:\n"
+                    f"{self.log_tail()}"
+                )
+            try:
+                metadata = admin.list_topics(timeout=2)
+                if metadata.brokers:
+                    return
+            except Exception as exc:  # noqa: BLE001 - any failure here means "not ready yet"
+                last_error = exc
+            time.sleep(0.2)
+        self.stop()
+        raise TestbedError(
+            f"the Kafka broker did not answer on {self.bootstrap} within {timeout:.0f} s "
+            f"(last error: {last_error}); its log ({self.log_path}) ends:\n{self.log_tail()}"
+        )
+
+    def features(self) -> dict[str, int]:
+        """Finalized feature levels, read with Kafka's own FeatureCommand."""
+        out = self._tool(
+            "org.apache.kafka.tools.FeatureCommand",
+            "--bootstrap-server",
+            self.bootstrap,
+            "describe",
+        )
+        # Lines read "Feature: share.version  SupportedMinVersion: 0  ...  FinalizedVersionLevel: 1"
+        # (metadata.version's level is a release name such as 4.3-IV0, so it is left out).
+        pattern = re.compile(r"Feature:\s*(\S+).*?FinalizedVersionLevel:\s*(-?\d+)(?=\s|$)")
+        return {m[1]: int(m[2]) for m in map(pattern.search, out.splitlines()) if m}
+
+    def ensure_share_groups(self) -> None:
+        """Share groups need ``share.version`` >= 1; upgrade if the format did not set it."""
+        if self.features().get("share.version", 0) >= 1:
+            return
+        self._tool(
+            "org.apache.kafka.tools.FeatureCommand",
+            "--bootstrap-server",
+            self.bootstrap,
+            "upgrade",
+            "--feature",
+            "share.version=1",
+        )
+        level = self.features().get("share.version", 0)
+        if level < 1:
+            raise TestbedError(f"share.version is {level} after the upgrade; share groups are off")
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop the node by its own pid: SIGTERM (a clean shutdown), SIGKILL if it hangs."""
+        if self.pid is None:
+            return
+        pid, self.pid = self.pid, None
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        self._save_state()
+
+    def kill(self) -> None:
+        """Stop the node at once, without a clean shutdown (SIGKILL)."""
+        if self.pid is not None and _pid_alive(self.pid):
+            os.kill(self.pid, signal.SIGKILL)
+            while _pid_alive(self.pid):
+                time.sleep(0.05)
+        self.pid = None
+        self._save_state()
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return "(no broker log yet)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _save_state(self) -> None:
+        state = {
+            "port": self.port,
+            "controller_port": self.controller_port,
+            "pid": self.pid,
+            "version": self.version,
+        }
+        (self.workdir / "broker.json").write_text(json.dumps(state))
+
+    @classmethod
+    def load(cls, workdir: Path) -> KafkaBroker | None:
+        """The broker whose state ``workdir`` holds, or None if there is none."""
+        try:
+            state = json.loads((workdir / "broker.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return cls(workdir, state["port"], state["controller_port"], state["version"], state["pid"])
+
+
+def start_broker(workdir: Path) -> KafkaBroker:
+    """A fresh node in ``workdir`` (emptied first), started, with share groups enabled."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    broker = KafkaBroker(workdir, free_port(), free_port())
+    broker.start()
+    try:
+        broker.ensure_share_groups()
+    except BaseException:
+        broker.stop()
+        raise
+    return broker
+
+
+DEV_WORKDIR = CACHE / "dev"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.infra.kafka",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=["up", "down", "status", "jars"])
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "jars":
+            print(libs_dir())
+            return 0
+        broker = KafkaBroker.load(DEV_WORKDIR)
+        running = broker is not None and broker.pid is not None and _pid_alive(broker.pid)
+        if args.command == "status":
+            if running and broker is not None:
+                print(broker.bootstrap)
+                return 0
+            print("the development broker is not running (make kafka-up)", file=sys.stderr)
+            return 1
+        if args.command == "down":
+            if broker is not None:
+                broker.stop()
+                print(f"stopped the development broker on {broker.bootstrap}", file=sys.stderr)
+            return 0
+        if running and broker is not None:
+            print(broker.bootstrap)
+            return 0
+        started = time.monotonic()
+        broker = start_broker(DEV_WORKDIR)
+        print(
+            f"Kafka {broker.version} is up on {broker.bootstrap} (pid {broker.pid}, "
+            f"{time.monotonic() - started:.1f} s); log: {broker.log_path}",
+            file=sys.stderr,
+        )
+        print(broker.bootstrap)
+        return 0
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
