@@ -16,6 +16,7 @@ IMG ?= kafleet:dev
 
 PY := $(VENV)/bin/python
 KAFKA := $(PY) -m tests.infra.kafka
+K8S := $(PY) -m tests.infra.k8s
 
 ##@ General
 
@@ -52,7 +53,7 @@ fmt: venv ## Format the code and apply ruff's safe fixes.
 ##@ Test
 
 .PHONY: test
-test: lint jars ## Set everything up, lint, and run every test against the real test bed.
+test: lint jars k8s-tools ## Set everything up, lint, and run every test against the real test bed.
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
@@ -73,6 +74,22 @@ kafka-up: venv ## Start a development Kafka broker (reused if running); prints i
 kafka-down: venv ## Stop the development Kafka broker.
 	$(KAFKA) down
 
+.PHONY: k8s-tools
+k8s-tools: venv ## Build etcd, kube-apiserver, controller manager, scheduler, kubectl, helm, kwok (once).
+	@$(PY) -m tests.infra.k8s_build build >/dev/null
+
+.PHONY: k8s-gomod
+k8s-gomod: venv ## Regenerate tests/infra/k8s-tools/go.mod after bumping the Kubernetes version.
+	$(PY) -m tests.infra.k8s_build gomod
+
+.PHONY: k8s-up
+k8s-up: k8s-tools ## Start a development control plane (reused if running); prints its kubeconfig.
+	$(K8S) up
+
+.PHONY: k8s-down
+k8s-down: venv ## Stop the development control plane.
+	$(K8S) down
+
 ##@ Demo
 
 .PHONY: demo
@@ -82,11 +99,12 @@ demo: kafka-up ## Start a broker, produce a few records and consume them back.
 ##@ Clean up
 
 .PHONY: clean
-clean: ## Stop the development broker and remove caches of the tools (keeps .cache and .venv).
+clean: ## Stop the development broker and control plane, remove caches of the tools (keeps .cache and .venv).
 	-@[ -x $(PY) ] && $(KAFKA) down || true
+	-@[ -x $(PY) ] && $(K8S) down || true
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist bench/results
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
 .PHONY: distclean
-distclean: clean ## Also remove .cache (downloaded jars, brokers' data) and .venv.
+distclean: clean ## Also remove .cache (jars, built binaries, brokers' data) and .venv.
 	rm -rf .cache $(VENV) consumer/*.egg-info operator/*.egg-info

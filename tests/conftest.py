@@ -1,8 +1,9 @@
 """The test bed: fixtures that give every test real components, started by the project itself.
 
 Owns: one Kafka broker per test session (``kafka_broker``, ``kafka``), factories for topics and
-consumer groups with unique names, a fast producer of numbered records, and the report of a
-failed test (the broker's log path and its last lines).
+consumer groups with unique names, a fast producer of numbered records; one Kubernetes control
+plane per session (``k8s``: kubeconfig, API client, kubectl) with a fresh ``namespace`` per
+test; and the report of a failed test (the broker's log path and its last lines).
 
 A component that cannot be provided fails the test with the reason (a missing Java, a broker
 that would not start); nothing here skips.
@@ -16,13 +17,18 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import kubernetes
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kubernetes.client import ApiClient
 
+from tests.infra import k8s as k8s_infra
 from tests.infra import kafka as kafka_infra
+from tests.infra import processes
 from tests.infra.records import ProduceReport, produce_numbered
 
 _broker: kafka_infra.KafkaBroker | None = None
@@ -32,7 +38,9 @@ _broker: kafka_infra.KafkaBroker | None = None
 def kafka_broker() -> Iterator[kafka_infra.KafkaBroker]:
     """A single-node Kafka broker started for this test session and stopped by its pid after."""
     global _broker
-    workdir = kafka_infra.CACHE / "runs" / f"session-{os.getpid()}"
+    runs = kafka_infra.CACHE / "runs"
+    processes.reap_stale_runs(runs)
+    workdir = runs / f"session-{os.getpid()}"
     try:
         broker = kafka_infra.start_broker(workdir)
     except kafka_infra.TestbedError as exc:
@@ -93,6 +101,44 @@ def produce(kafka: str) -> Callable[..., ProduceReport]:
     numbered keyed records fast and wait for every acknowledgement (see tests/infra/records.py).
     """
     return functools.partial(produce_numbered, kafka)
+
+
+@dataclass
+class K8s:
+    """The session's control plane: its kubeconfig, an API client, and its kubectl."""
+
+    kubeconfig: Path
+    api: ApiClient
+    plane: k8s_infra.ControlPlane
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return self.plane.kubectl(*args, input=input, check=check)
+
+
+@pytest.fixture(scope="session")
+def k8s() -> Iterator[K8s]:
+    """etcd, kube-apiserver, controller manager, scheduler and kwok (two fake Ready nodes),
+    started for this test session and stopped by their pids after."""
+    processes.reap_stale_runs(k8s_infra.RUNS)
+    try:
+        plane = k8s_infra.start_control_plane(k8s_infra.RUNS / f"session-{os.getpid()}")
+    except k8s_infra.TestbedError as exc:
+        pytest.fail(f"the test bed could not start Kubernetes: {exc}", pytrace=False)
+    api = kubernetes.config.new_client_from_config(config_file=str(plane.kubeconfig))
+    try:
+        yield K8s(plane.kubeconfig, api, plane)
+    finally:
+        api.close()
+        plane.stop()
+
+
+@pytest.fixture
+def namespace(k8s: K8s, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test, deleted (without waiting) after it."""
+    name = _unique("ns", request)[:63].rstrip("-").lower()
+    k8s.kubectl("create", "namespace", name)
+    yield name
+    k8s.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 @pytest.hookimpl(wrapper=True)

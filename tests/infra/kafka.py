@@ -28,7 +28,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -37,6 +36,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.infra import processes
 
 KAFKA_VERSION = os.environ.get("KAFLEET_KAFKA_VERSION", "4.3.1")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,21 +103,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); reap it if it is ours.
-    try:
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return reaped == 0
 
 
 LOG4J2 = """\
@@ -230,19 +216,14 @@ class KafkaBroker:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the node (formatting it on first use) and wait until it serves metadata."""
-        if self.pid is not None and _pid_alive(self.pid):
+        if self.pid is not None and processes.alive(self.pid):
             return
         if not (self.workdir / "data" / "meta.properties").exists():
             self._format()
-        with open(self.workdir / "stdout.log", "ab") as out:
-            proc = subprocess.Popen(
-                self._java("kafka.Kafka", str(self._config_path), log=True),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C in a terminal reaches the tests, not the broker
-            )
-        self.pid = proc.pid
+        self.pid = processes.spawn(
+            self._java("kafka.Kafka", str(self._config_path), log=True),
+            self.workdir / "stdout.log",
+        )
         self._save_state()
         self._wait_ready(timeout)
 
@@ -253,7 +234,7 @@ class KafkaBroker:
         deadline = time.monotonic() + timeout
         last_error: Exception | None = None
         while time.monotonic() < deadline:
-            if self.pid is None or not _pid_alive(self.pid):
+            if self.pid is None or not processes.alive(self.pid):
                 raise TestbedError(
                     f"the Kafka broker exited while starting; its log ({self.log_path}) ends:\n"
                     f"{self.log_tail()}"
@@ -302,24 +283,13 @@ class KafkaBroker:
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop the node by its own pid: SIGTERM (a clean shutdown), SIGKILL if it hangs."""
-        if self.pid is None:
-            return
-        pid, self.pid = self.pid, None
-        if _pid_alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while _pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        processes.stop(self.pid, timeout)
+        self.pid = None
         self._save_state()
 
     def kill(self) -> None:
         """Stop the node at once, without a clean shutdown (SIGKILL)."""
-        if self.pid is not None and _pid_alive(self.pid):
-            os.kill(self.pid, signal.SIGKILL)
-            while _pid_alive(self.pid):
-                time.sleep(0.05)
+        processes.kill(self.pid)
         self.pid = None
         self._save_state()
 
@@ -377,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(libs_dir())
             return 0
         broker = KafkaBroker.load(DEV_WORKDIR)
-        running = broker is not None and broker.pid is not None and _pid_alive(broker.pid)
+        running = broker is not None and broker.pid is not None and processes.alive(broker.pid)
         if args.command == "status":
             if running and broker is not None:
                 print(broker.bootstrap)

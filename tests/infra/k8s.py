@@ -1,0 +1,354 @@
+"""A real, local Kubernetes control plane for the operator's tests, without Docker.
+
+Owns: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok from the
+binaries that ``k8s_build.py`` builds; the TLS material (a CA, the apiserver's serving cert, the
+service-account signing key, made with ``openssl``); an admin identity (a bearer token in the
+apiserver's token file, group ``system:masters``); the kubeconfig; two fake nodes that kwok keeps
+Ready and whose scheduled pods it turns Running. Everything lives in one run folder under
+``.cache/k8s/``, and every process is stopped by its own pid.
+
+Does not own: the binaries (``k8s_build.py``) or anything a test puts in the cluster.
+
+The apiserver's flags follow controller-runtime's envtest (RBAC on, the ServiceAccount admission
+plugin off so pods need no token, a 10.0.0.0/24 service range). Unlike envtest it also runs the
+controller manager (Deployments get ReplicaSets and Pods, garbage collection follows owner
+references), the scheduler (pods are bound to nodes), and kwok (nodes and pods come alive).
+
+    python -m tests.infra.k8s up      # start (or reuse) the development control plane
+    python -m tests.infra.k8s down    # stop it
+    python -m tests.infra.k8s status  # print its kubeconfig path, exit 1 if it is not running
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.infra import k8s_build, pki, processes
+from tests.infra.kafka import LOOPBACK, TestbedError, free_port
+
+RUNS = k8s_build.CACHE / "runs"
+DEV_WORKDIR = k8s_build.CACHE / "dev"
+FAKE_NODES = ("kwok-node-0", "kwok-node-1")
+START_TIMEOUT_S = 120.0
+# The order in which the processes start; they stop in the reverse order.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+@dataclass
+class ControlPlane:
+    """One local control plane; its state (ports, pids, token) is saved in ``workdir``."""
+
+    workdir: Path
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    token: str = ""
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://{LOOPBACK}:{self.ports['apiserver']}"
+
+    def log_path(self, component: str) -> Path:
+        return self.workdir / "logs" / f"{component}.log"
+
+    def running(self) -> bool:
+        return bool(self.pids) and all(processes.alive(pid) for pid in self.pids.values())
+
+    # -- start ------------------------------------------------------------------------------
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        bin_dir = k8s_build.build()
+        stages = k8s_build.kwok_stages()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        certs = self.workdir / "pki"
+        if not (certs / "sa.pub").exists():
+            pki.make(certs)
+        for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok"):
+            self.ports.setdefault(name, free_port())
+        self.token = self.token or secrets.token_hex(24)
+        (self.workdir / "tokens.csv").write_text(
+            f'{self.token},kafleet-admin,kafleet-admin,"system:masters"\n'
+        )
+        self._write_kubeconfig(certs / "ca.crt")
+        deadline = time.monotonic() + timeout
+        try:
+            self._spawn("etcd", self._etcd_cmd(bin_dir))
+            self._wait_http(f"http://{LOOPBACK}:{self.ports['etcd']}/health", "etcd", deadline)
+            self._spawn("kube-apiserver", self._apiserver_cmd(bin_dir, certs))
+            self._wait_http(f"{self.server}/readyz", "kube-apiserver", deadline)
+            self._spawn("kube-controller-manager", self._controller_manager_cmd(bin_dir, certs))
+            self._spawn("kube-scheduler", self._scheduler_cmd(bin_dir))
+            self._spawn("kwok", self._kwok_cmd(bin_dir, stages))
+            self._create_fake_nodes()
+            self._wait_nodes_ready(deadline)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, component: str, cmd: list[str]) -> None:
+        self.pids[component] = processes.spawn(cmd, self.log_path(component))
+        self._save()
+
+    def _etcd_cmd(self, bin_dir: Path) -> list[str]:
+        client = f"http://{LOOPBACK}:{self.ports['etcd']}"
+        peer = f"http://{LOOPBACK}:{self.ports['etcd-peer']}"
+        return [
+            str(bin_dir / "etcd"),
+            "--name=testbed",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=testbed={peer}",
+            "--unsafe-no-fsync=true",  # a throwaway test store: speed over durability
+            "--log-level=warn",
+        ]
+
+    def _apiserver_cmd(self, bin_dir: Path, certs: Path) -> list[str]:
+        return [
+            str(bin_dir / "kube-apiserver"),
+            f"--etcd-servers=http://{LOOPBACK}:{self.ports['etcd']}",
+            f"--bind-address={LOOPBACK}",
+            f"--advertise-address={LOOPBACK}",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={certs / 'apiserver.crt'}",
+            f"--tls-private-key-file={certs / 'apiserver.key'}",
+            f"--client-ca-file={certs / 'ca.crt'}",
+            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={certs / 'sa.pub'}",
+            f"--service-account-signing-key-file={certs / 'sa.key'}",
+            "--enable-priority-and-fairness=false",  # one client at a time; no need to queue
+            "--v=1",
+        ]
+
+    def _controller_manager_cmd(self, bin_dir: Path, certs: Path) -> list[str]:
+        kc = str(self.kubeconfig)
+        return [
+            str(bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--leader-elect=false",
+            f"--bind-address={LOOPBACK}",
+            f"--secure-port={self.ports['controller-manager']}",
+            f"--service-account-private-key-file={certs / 'sa.key'}",
+            f"--root-ca-file={certs / 'ca.crt'}",
+            f"--cluster-signing-cert-file={certs / 'ca.crt'}",
+            f"--cluster-signing-key-file={certs / 'ca.key'}",
+            "--use-service-account-credentials=false",
+            "--concurrent-deployment-syncs=10",
+            "--concurrent-replicaset-syncs=10",
+            "--v=1",
+        ]
+
+    def _scheduler_cmd(self, bin_dir: Path) -> list[str]:
+        kc = str(self.kubeconfig)
+        return [
+            str(bin_dir / "kube-scheduler"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--leader-elect=false",
+            f"--bind-address={LOOPBACK}",
+            f"--secure-port={self.ports['scheduler']}",
+            "--v=1",
+        ]
+
+    def _kwok_cmd(self, bin_dir: Path, stages: list[Path]) -> list[str]:
+        return [
+            str(bin_dir / "kwok"),
+            f"--kubeconfig={self.kubeconfig}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--cidr=10.244.0.0/16",
+            "--node-ip=10.0.0.2",
+            f"--server-address={LOOPBACK}:{self.ports['kwok']}",
+            *(f"--config={stage}" for stage in stages),
+        ]
+
+    def _write_kubeconfig(self, ca: Path) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "testbed",
+                    "cluster": {"server": self.server, "certificate-authority": str(ca)},
+                }
+            ],
+            "users": [{"name": "kafleet-admin", "user": {"token": self.token}}],
+            "contexts": [
+                {"name": "testbed", "context": {"cluster": "testbed", "user": "kafleet-admin"}}
+            ],
+            "current-context": "testbed",
+        }
+        self.kubeconfig.write_text(json.dumps(config, indent=2))  # JSON is YAML too
+        self.kubeconfig.chmod(0o600)
+
+    def _wait_http(self, url: str, component: str, deadline: float) -> None:
+        context = ssl.create_default_context(cafile=str(self.workdir / "pki" / "ca.crt"))
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}"})
+        last = ""
+        while time.monotonic() < deadline:
+            if not processes.alive(self.pids[component]):
+                raise TestbedError(f"{component} exited while starting; {self._tail(component)}")
+            try:
+                with urllib.request.urlopen(request, timeout=2, context=context) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as exc:
+                last = str(exc)
+            time.sleep(0.2)
+        raise TestbedError(f"{component} was not ready in time ({last}); {self._tail(component)}")
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        """Run the test bed's kubectl against this control plane; return its stdout."""
+        done = subprocess.run(
+            [str(k8s_build.BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise TestbedError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+        return done.stdout
+
+    def _create_fake_nodes(self) -> None:
+        nodes = [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {
+                        "kwok.x-k8s.io/node": "fake",
+                        "node.alpha.kubernetes.io/ttl": "0",
+                    },
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "type": "kwok",
+                    },
+                },
+                "status": {
+                    "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                    "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                },
+            }
+            for name in FAKE_NODES
+        ]
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}),
+        )
+
+    def _wait_nodes_ready(self, deadline: float) -> None:
+        remaining = max(1, int(deadline - time.monotonic()))
+        try:
+            self.kubectl(
+                "wait",
+                "--for=condition=Ready",
+                f"--timeout={remaining}s",
+                *(f"node/{n}" for n in FAKE_NODES),
+            )
+        except TestbedError as exc:
+            raise TestbedError(
+                f"the fake nodes did not become Ready: {exc}; {self._tail('kwok')}"
+            ) from exc
+
+    # -- stop -------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop every process this control plane started, newest first, by its own pid."""
+        for component in reversed(COMPONENTS):
+            processes.stop(self.pids.pop(component, None), timeout=15)
+        self._save()
+
+    def _tail(self, component: str, lines: int = 25) -> str:
+        log = self.log_path(component)
+        text = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+        return f"its log ({log}) ends:\n" + "\n".join(text)
+
+    def _save(self) -> None:
+        state = {"ports": self.ports, "pids": self.pids, "token": self.token}
+        (self.workdir / "state.json").write_text(json.dumps(state))
+
+    @classmethod
+    def load(cls, workdir: Path) -> ControlPlane | None:
+        try:
+            state = json.loads((workdir / "state.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return cls(workdir, state["ports"], state["pids"], state["token"])
+
+
+def start_control_plane(workdir: Path) -> ControlPlane:
+    """A fresh control plane in ``workdir`` (emptied first), started, nodes Ready."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    plane = ControlPlane(workdir)
+    plane.start()
+    return plane
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = (argv or sys.argv[1:] or ["status"])[0]
+    if command not in ("up", "down", "status"):
+        print(f"usage: python -m tests.infra.k8s up|down|status (not {command!r})", file=sys.stderr)
+        return 2
+    try:
+        plane = ControlPlane.load(DEV_WORKDIR)
+        running = plane is not None and plane.running()
+        if command == "status" or (command == "up" and running):
+            if running and plane is not None:
+                print(plane.kubeconfig)
+                return 0
+            print("the development control plane is not running (make k8s-up)", file=sys.stderr)
+            return 1
+        if command == "down":
+            if plane is not None:
+                plane.stop()
+                print("stopped the development control plane", file=sys.stderr)
+            return 0
+        started = time.monotonic()
+        if plane is not None:
+            plane.stop()
+        plane = start_control_plane(DEV_WORKDIR)
+        print(
+            f"Kubernetes {k8s_build.K8S_VERSION} is up at {plane.server} "
+            f"({time.monotonic() - started:.1f} s); KUBECONFIG={plane.kubeconfig}",
+            file=sys.stderr,
+        )
+        print(plane.kubeconfig)
+        return 0
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
