@@ -1,13 +1,39 @@
 """kafleet: a parallel, back-pressured Kafka consumer for slow work.
 
 This module is the public surface: the names users import, listed in ``__all__``. Everything
-else is internal and may move. The consumer itself (Poller, work queues, Executor, offset
-tracking) arrives in ``poller.py``, ``work_queue.py``, ``executor.py`` and ``offsets.py``; the
-command line lives in ``cli.py``.
+else is internal and may move. The parts: ``poller.py`` (the one thread that owns the Kafka
+consumer), ``work_queue.py`` (bounded per-partition queues and ordering lanes), ``executor.py``
+(runs the handler), ``offsets.py`` (what may be committed), wired by ``consumer.py``; the
+command line lives in ``cli.py`` and ``worker.py``.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from kafleet.config import ConsumerConfig, QueueBounds, RetryPolicy, Security, load_config
+from kafleet.consumer import ParallelConsumer
+from kafleet.errors import (
+    ConfigError,
+    HandlerError,
+    KafkaClientError,
+    KafleetError,
+    OffsetError,
+)
+from kafleet.record import Record
+
+__all__ = [
+    "ConfigError",
+    "ConsumerConfig",
+    "HandlerError",
+    "KafkaClientError",
+    "KafleetError",
+    "OffsetError",
+    "ParallelConsumer",
+    "QueueBounds",
+    "Record",
+    "RetryPolicy",
+    "Security",
+    "__version__",
+    "load_config",
+]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import confluent_kafka
 
 import kafleet
+from kafleet import worker
 
 
 def _version_text() -> str:
@@ -32,7 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
         "committing only what is done.",
     )
     parser.add_argument("--version", action="version", version=_version_text())
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    worker.add_arguments(
+        commands.add_parser(
+            "worker",
+            help="consume topics with a handler, in parallel (see kafleet worker --help)",
+            description="Run a handler over Kafka topics: polling at a fixed cadence, "
+            "back-pressured per partition, committing only what is done.",
+        )
+    )
     return parser
 
 
@@ -42,5 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "worker":
+        return worker.run(args)
     parser.error(f"unknown command {args.command!r}")  # exits with status 2
     return 2

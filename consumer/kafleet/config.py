@@ -1,0 +1,359 @@
+"""The consumer's configuration: one frozen, validated object, loaded once at the edge.
+
+Owns: every setting of a kafleet consumer with its default, unit and bounds; loading them from
+a YAML file, ``KAFLEET_*`` environment variables (nested with ``__``, as in
+``KAFLEET_QUEUE__MAX_RECORDS``) and explicit overrides (the CLI's flags), in that rising order
+of precedence; rejecting bad
+values with the field's dotted name and the reason (``ConfigError``); rendering the librdkafka
+properties; masking secrets whenever the configuration is printed.
+
+Does not own: acting on any setting. The field names here are the names used by the config
+file, the CLI flags (``--max-poll-records``, ``--queue.max-records``) and, later, the CRD.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import field_validator as validates
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from kafleet.errors import ConfigError, FieldProblem
+
+Ordering = Literal["partition", "key", "unordered"]
+Guarantee = Literal["at-most-once", "at-least-once", "exactly-once"]
+GroupProtocol = Literal["classic", "consumer"]
+OnFailure = Literal["dead-letter", "stop-partition"]
+
+# librdkafka properties that kafleet sets itself; each maps to the field to use instead.
+OWNED_PROPERTIES = {
+    "bootstrap.servers": "bootstrap_servers",
+    "group.id": "group_id",
+    "group.protocol": "group_protocol",
+    "enable.auto.commit": "commit_interval_ms (kafleet commits only what is done)",
+    "enable.auto.offset.store": "commit_interval_ms (kafleet commits only what is done)",
+    "auto.commit.interval.ms": "commit_interval_ms",
+    "max.poll.interval.ms": "max_poll_interval_ms",
+    "session.timeout.ms": "session_timeout_ms",
+    "partition.assignment.strategy": "group_protocol (classic uses cooperative-sticky)",
+    "auto.offset.reset": "auto_offset_reset",
+    "security.protocol": "security.protocol",
+}
+SECRET_PROPERTY = re.compile(r"(password|secret|token|private\.key|key\.pem)", re.IGNORECASE)
+
+_Strict = ConfigDict(frozen=True, extra="forbid")
+
+
+class QueueBounds(BaseModel):
+    """How much each assigned partition may hold in its work queue (records not yet started)."""
+
+    model_config = _Strict
+
+    max_records: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="records; the partition is "
+        "paused when its queue holds this many (the high mark)",
+    )
+    max_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="bytes of keys and values; also pauses the partition when reached",
+    )
+    resume_at: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="a paused partition resumes when "
+        "its queue falls to this share of both bounds (the low mark)",
+    )
+
+
+class RetryPolicy(BaseModel):
+    """How a failing record is retried before the failure policy applies."""
+
+    model_config = _Strict
+
+    max_attempts: int = Field(3, ge=1, le=1000, description="attempts in all, the first included")
+    initial_backoff_ms: int = Field(100, ge=0, description="wait before the second attempt")
+    max_backoff_ms: int = Field(30_000, ge=0, description="the longest wait between attempts")
+    multiplier: float = Field(2.0, ge=1.0, le=10.0, description="growth of the wait per attempt")
+    jitter: float = Field(0.2, ge=0.0, le=1.0, description="random share added or taken off")
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> RetryPolicy:
+        if self.max_backoff_ms < self.initial_backoff_ms:
+            raise ValueError("max_backoff_ms must not be below initial_backoff_ms")
+        return self
+
+
+class Security(BaseModel):
+    """How the client authenticates and encrypts; secrets are masked when printed."""
+
+    model_config = _Strict
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> Security:
+        if self.protocol.startswith("SASL") and self.sasl_mechanism is None:
+            raise ValueError(f"sasl_mechanism is required with protocol {self.protocol}")
+        if self.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and not (
+            self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(
+                f"sasl_username and sasl_password are required with {self.sasl_mechanism}"
+            )
+        return self
+
+    def properties(self) -> dict[str, str]:
+        props: dict[str, str] = {"security.protocol": self.protocol}
+        plain = {
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "ssl.ca.location": self.ssl_ca_location,
+            "ssl.certificate.location": self.ssl_certificate_location,
+            "ssl.key.location": self.ssl_key_location,
+        }
+        props.update({k: v for k, v in plain.items() if v is not None})
+        if self.sasl_password is not None:
+            props["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_key_password is not None:
+            props["ssl.key.password"] = self.ssl_key_password.get_secret_value()
+        return props
+
+
+_yaml_file: ContextVar[Path | None] = ContextVar("kafleet_config_file", default=None)
+
+
+class ConsumerConfig(BaseSettings):
+    """Everything a kafleet consumer needs; build it with :func:`load_config` or directly."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        env_prefix="KAFLEET_",
+        env_nested_delimiter="__",
+        validate_default=True,
+    )
+
+    bootstrap_servers: str = Field(min_length=1, description="host:port[,host:port...]")
+    group_id: str = Field(min_length=1, max_length=255, description="the consumer group")
+    topics: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="topics to consume (or topic_pattern)"
+    )
+    topic_pattern: str | None = Field(None, description="a regular expression of topic names")
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    max_poll_records: int = Field(
+        500, ge=1, le=100_000, description="records taken per poll at most (KIP-41); tunable live"
+    )
+    poll_interval_ms: int = Field(
+        50, ge=1, le=1000, description="the Poller's cadence: the longest it waits in one poll"
+    )
+    max_poll_interval_ms: int = Field(300_000, ge=1_000, le=86_400_000)
+    session_timeout_ms: int = Field(45_000, ge=1_000, le=3_600_000, description="classic only")
+    group_protocol: GroupProtocol = Field(
+        "classic", description="classic (cooperative-sticky) or consumer (KIP-848)"
+    )
+    ordering: Ordering = Field(
+        "partition", description="one record at a time per partition, per key, or none"
+    )
+    concurrency: int = Field(
+        16, ge=1, le=10_000, description="handlers running at once; tunable live"
+    )
+    queue: QueueBounds = Field(default_factory=QueueBounds)
+    drain_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="how long a revoked partition's in-flight records may take to finish",
+    )
+    shutdown_grace_s: float = Field(
+        30.0, gt=0, le=3600, description="how long SIGTERM waits for queued and in-flight work"
+    )
+    processing_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="a record in a handler longer than this makes the worker unhealthy (KIP-62)",
+    )
+    guarantee: Guarantee = "at-least-once"
+    commit_interval_ms: int = Field(1000, ge=10, le=600_000)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    on_failure: OnFailure = Field(
+        "dead-letter",
+        description="after the last attempt: send to the dead-letter topic, or stop the partition",
+    )
+    dead_letter_topic: str | None = Field(None, description="defaults to <group_id>.dlq")
+    kafka: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="more librdkafka consumer properties, passed through"
+    )
+    security: Security = Field(default_factory=Security)
+    handler: str | None = Field(None, description="module:function, for `kafleet worker`")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _yaml_file.get()
+        file_source = [YamlConfigSettingsSource(settings_cls, yaml_file=path)] if path else []
+        return (init_settings, env_settings, *file_source)
+
+    @validates("topics", mode="before")
+    @classmethod
+    def _split_topics(cls, value: object) -> object:
+        if isinstance(value, str):  # "a,b" from an environment variable or a flag
+            return [t.strip() for t in value.split(",") if t.strip()]
+        return value
+
+    @validates("topic_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from exc
+        return value
+
+    @validates("kafka")
+    @classmethod
+    def _no_owned_or_secret_properties(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if key in OWNED_PROPERTIES:
+                raise ValueError(f"{key!r} is set by kafleet; use {OWNED_PROPERTIES[key]}")
+            if SECRET_PROPERTY.search(key):
+                raise ValueError(f"{key!r} is a secret; put it in security.* so it is masked")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ConsumerConfig:
+        problems = [f"{field}: {reason}" for field, reason in self._problems()]
+        if problems:  # "field: reason" pairs; config_error() turns them into FieldProblems
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _problems(self) -> Iterator[tuple[str, str]]:
+        if bool(self.topics) == bool(self.topic_pattern):
+            yield "topics", "give exactly one of topics and topic_pattern"
+        if self.group_protocol == "consumer" and "session_timeout_ms" in self.model_fields_set:
+            yield (
+                "session_timeout_ms",
+                ("the broker sets it with group_protocol consumer (KIP-848), so leave it out"),
+            )
+        if self.drain_timeout_s * 1000 >= self.max_poll_interval_ms / 2:
+            yield (
+                "drain_timeout_s",
+                ("must be under half of max_poll_interval_ms, or a revoke could outlast it"),
+            )
+        if self.group_protocol == "classic" and self.session_timeout_ms > self.max_poll_interval_ms:
+            yield "session_timeout_ms", "must not exceed max_poll_interval_ms"
+        if self.max_poll_records > self.queue.max_records:
+            yield "max_poll_records", "must not exceed queue.max_records"
+
+    @property
+    def effective_dead_letter_topic(self) -> str:
+        return self.dead_letter_topic or f"{self.group_id}.dlq"
+
+    def librdkafka(self) -> dict[str, str | int | float | bool]:
+        """The confluent-kafka ``Consumer`` properties this configuration stands for."""
+        props: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group_id,
+            "group.protocol": self.group_protocol,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": self.auto_offset_reset,
+            "max.poll.interval.ms": self.max_poll_interval_ms,
+            # Paused partitions drop their prefetched data; keep the prefetch modest.
+            "queued.max.messages.kbytes": 16384,
+            "fetch.max.bytes": 16 * 1024 * 1024,
+            **self.security.properties(),
+        }
+        if self.group_protocol == "classic":
+            props["partition.assignment.strategy"] = "cooperative-sticky"
+            props["session.timeout.ms"] = self.session_timeout_ms
+        props.update(self.kafka)
+        return props
+
+    def masked(self) -> dict[str, Any]:
+        """The configuration as plain data with every secret replaced by ``**********``."""
+        data: dict[str, Any] = self.model_dump(mode="json")  # SecretStr dumps masked
+        return data
+
+    def __str__(self) -> str:
+        return yaml.safe_dump(self.masked(), sort_keys=False).rstrip()
+
+
+TUNABLE_FIELDS = ("max_poll_records", "concurrency")
+
+
+def load_config(
+    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+) -> ConsumerConfig:
+    """Load and validate: ``overrides`` (flags) over ``KAFLEET_*`` variables over the YAML file.
+
+    Raises ``ConfigError`` naming each bad field (and the file, if any) with the reason.
+    """
+    source = f"configuration ({path})" if path else "configuration"
+    if path is not None:
+        file = Path(path)
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except OSError as exc:
+            raise ConfigError([FieldProblem("(file)", f"cannot read {file}: {exc}")]) from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError([FieldProblem("(file)", f"not valid YAML: {exc}")], source) from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError([FieldProblem("(file)", "must be a mapping of field: value")], source)
+    token = _yaml_file.set(Path(path) if path is not None else None)
+    try:
+        return ConsumerConfig(**dict(overrides or {}))
+    except ValidationError as exc:
+        raise config_error(exc, source) from None
+    finally:
+        _yaml_file.reset(token)
+
+
+def config_error(exc: ValidationError, source: str = "configuration") -> ConfigError:
+    """A pydantic ``ValidationError`` as a ``ConfigError`` with dotted field names, no secrets."""
+    problems = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"])
+        reason = error["msg"].removeprefix("Value error, ")
+        if not field:  # a whole-model rule: its message holds "field: reason; field: reason"
+            for pair in reason.split("; "):
+                name, _, why = pair.partition(": ")
+                problems.append(FieldProblem(name, why) if why else FieldProblem("(all)", pair))
+            continue
+        secret = any(word in field for word in ("password", "secret", "token"))
+        if "input" in error and not secret and error["type"] not in ("missing",):
+            shown = repr(error["input"])
+            if len(shown) <= 80 and not isinstance(error["input"], dict):
+                reason += f" (got {shown})"
+        problems.append(FieldProblem(field, reason))
+    return ConfigError(problems, source)

@@ -1,0 +1,171 @@
+"""``ParallelConsumer``: the Poller, the work queues, the Executor and the offset tracker, wired.
+
+Owns: building the parts from one ``ConsumerConfig`` and a handler, their life cycle (start,
+stop with a drain, join), live tuning of ``max_poll_records`` and ``concurrency``, and the
+state snapshot. Thin on purpose: the behaviour lives in the modules it wires.
+
+    from kafleet import ParallelConsumer, load_config
+
+    def handle(record):               # or: async def handle(record)
+        ...                           # return a value to ship it on (Spark, later)
+
+    with ParallelConsumer(load_config("worker.yaml"), handle) as consumer:
+        consumer.wait()               # until stop() (or SIGTERM, in `kafleet worker`)
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any
+
+from kafleet.config import ConsumerConfig
+from kafleet.dead_letter import DeadLetterWriter
+from kafleet.errors import ConfigError, FieldProblem
+from kafleet.executor import Executor, Handler, ResultSink
+from kafleet.offsets import OffsetTracker
+from kafleet.poller import OffsetStore, Poller
+from kafleet.state import Stats, health
+from kafleet.work_queue import WorkQueues
+
+
+class ParallelConsumer:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        handler: Handler,
+        *,
+        on_result: ResultSink | None = None,
+        offset_store: OffsetStore | None = None,
+    ) -> None:
+        if config.guarantee == "exactly-once" and offset_store is None:
+            raise ConfigError(
+                [
+                    FieldProblem(
+                        "guarantee",
+                        "exactly-once needs a sink that stores offsets with "
+                        "its output (an offset_store); none was given",
+                    )
+                ]
+            )
+        self.config = config
+        self.stats = Stats()
+        self.offsets = OffsetTracker()
+        self.queues = WorkQueues(config.queue, config.ordering, config.concurrency)
+        self.dead_letters = (
+            DeadLetterWriter(_producer_config(config), config.effective_dead_letter_topic)
+            if config.on_failure == "dead-letter"
+            else None
+        )
+        self.executor = Executor(
+            handler, config, self.queues, self.offsets, self.stats, self.dead_letters, on_result
+        )
+        self.poller = Poller(config, self.queues, self.offsets, self.stats, offset_store)
+        self._thread: threading.Thread | None = None
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def start(self) -> ParallelConsumer:
+        if self._thread is not None:
+            raise RuntimeError("this ParallelConsumer was started already")
+        self.executor.start()
+        self._thread = threading.Thread(target=self.poller.run, name="kafleet-poller", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop intake, let queued and in-flight records finish for up to ``grace_s`` (default
+        ``shutdown_grace_s``), commit, leave the group. Returns at once; see ``wait``."""
+        self.poller.request_stop(self.config.shutdown_grace_s if grace_s is None else grace_s)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the consumer has closed; False if ``timeout`` ran out first."""
+        if not self.poller.stopped.wait(timeout):
+            return False
+        self.executor.stop()
+        if self.dead_letters is not None:
+            self.dead_letters.close()
+        return True
+
+    def close(self, grace_s: float | None = None) -> None:
+        self.stop(grace_s)
+        self.wait()
+        if self.poller.error is not None:
+            raise self.poller.error
+
+    def __enter__(self) -> ParallelConsumer:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- live tuning -----------------------------------------------------------------------
+
+    def tune(self, *, max_poll_records: int | None = None, concurrency: int | None = None) -> None:
+        """Change ``max_poll_records`` and/or ``concurrency`` now: no restart, no rebalance."""
+        if max_poll_records is not None:
+            if not 1 <= max_poll_records <= self.config.queue.max_records:
+                raise ConfigError(
+                    [
+                        FieldProblem(
+                            "max_poll_records", f"must be 1 to {self.config.queue.max_records}"
+                        )
+                    ]
+                )
+            self.poller.max_poll_records = max_poll_records
+        if concurrency is not None:
+            if not 1 <= concurrency <= 10_000:
+                raise ConfigError([FieldProblem("concurrency", "must be 1 to 10000")])
+            self.executor.resize(concurrency)
+
+    # -- state -----------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the sidecar serves, as JSON-ready data."""
+        queues = self.queues.snapshot()
+        offsets = self.offsets.snapshot()
+        partitions = {}
+        for tp in sorted(set(queues) | set(offsets)):
+            committed, committable, in_progress = offsets.get(tp, (None, None, 0))
+            partitions[f"{tp[0]}[{tp[1]}]"] = {
+                "topic": tp[0],
+                "partition": tp[1],
+                "committed": committed,
+                "position": committable,
+                "in_progress": in_progress,
+                **queues.get(
+                    tp,
+                    {
+                        "queued": 0,
+                        "queued_bytes": 0,
+                        "in_flight": 0,
+                        "paused": False,
+                        "stopped": None,
+                        "revoking": False,
+                        "oldest_in_flight_s": 0.0,
+                    },
+                ),
+            }
+        stats = self.stats.as_dict()
+        healthy, reasons = health(
+            stats, partitions, self.config.max_poll_interval_ms, self.config.processing_timeout_s
+        )
+        return {
+            "group_id": self.config.group_id,
+            "assigned": [f"{t}[{p}]" for t, p in self.poller.assignment],
+            "partitions": partitions,
+            "in_flight": self.queues.in_flight,
+            "max_poll_records": self.poller.max_poll_records,
+            "concurrency": self.queues.concurrency,
+            "ordering": self.config.ordering,
+            "guarantee": self.config.guarantee,
+            "healthy": healthy,
+            "unhealthy_reasons": reasons,
+            **stats,
+        }
+
+
+def _producer_config(config: ConsumerConfig) -> dict[str, str | int | float | bool]:
+    return {"bootstrap.servers": config.bootstrap_servers, **config.security.properties()}

@@ -1,0 +1,208 @@
+"""Runs the user's handler on queued records, in parallel, with retries and a failure policy.
+
+Owns: the Executor's threads (a pool for plain functions; one event loop for coroutines, fed
+by one thread), the attempt loop with exponential backoff (``retry.py``), the failure policy
+after the last attempt (dead-letter topic or stop the partition), and reporting each finished
+record: done to the offset tracker first, then finished to the queues, so a revoke that waits
+for the queues always sees the offsets.
+
+Does not own choosing the next record or the concurrency limit (``work_queue.py``), nor
+committing (``poller.py``). A poison record delays only its own lane: retries sleep in the
+thread that holds it, and every other lane keeps its threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kafleet import retry
+from kafleet.config import ConsumerConfig
+from kafleet.dead_letter import DeadLetterWriter, dead_letter_headers
+from kafleet.errors import HandlerError
+from kafleet.offsets import OffsetTracker
+from kafleet.record import Record
+from kafleet.state import Stats
+from kafleet.work_queue import WorkQueues
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Record], Any] | Callable[[Record], Awaitable[Any]]
+ResultSink = Callable[[Record, Any], None]
+
+
+class Executor:
+    def __init__(
+        self,
+        handler: Handler,
+        config: ConsumerConfig,
+        queues: WorkQueues,
+        offsets: OffsetTracker,
+        stats: Stats,
+        dead_letters: DeadLetterWriter | None = None,
+        on_result: ResultSink | None = None,
+    ) -> None:
+        self.handler = handler
+        self.config = config
+        self.queues = queues
+        self.offsets = offsets
+        self.stats = stats
+        self.dead_letters = dead_letters
+        self.on_result = on_result
+        self.is_async = inspect.iscoroutinefunction(handler)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.is_async:
+            self._loop = asyncio.new_event_loop()
+            self._spawn(self._loop.run_forever, "kafleet-event-loop")
+            self._spawn(self._feed_loop, "kafleet-async-feeder")
+        else:
+            self.resize(self.queues.concurrency)
+
+    def resize(self, concurrency: int) -> None:
+        """Apply a new concurrency limit, starting threads if the pool is too small."""
+        self.queues.set_concurrency(concurrency)
+        if not self.is_async:
+            while len(self._threads) < concurrency:
+                self._spawn(self._work, f"kafleet-executor-{len(self._threads)}")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop taking records and wake every thread; in-flight handlers are not interrupted."""
+        self._stop.set()
+        self.queues.close()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # -- plain functions ------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            record = self.queues.take(timeout=0.2)
+            if record is not None:
+                self._run_sync(record)
+
+    def _run_sync(self, record: Record) -> None:
+        attempt = 0
+        started = time.monotonic()
+        while True:
+            attempt += 1
+            try:
+                result = self.handler(record)
+            except Exception as exc:  # noqa: BLE001 - any handler failure goes to the policy
+                if self._retry_after(record, attempt, exc):
+                    continue
+                self._give_up(record, attempt, exc)
+                return
+            self._succeeded(record, result, time.monotonic() - started)
+            return
+
+    # -- coroutines -----------------------------------------------------------------------
+
+    def _feed_loop(self) -> None:
+        assert self._loop is not None
+        while not self._stop.is_set():
+            record = self.queues.take(timeout=0.2)
+            if record is not None:
+                asyncio.run_coroutine_threadsafe(self._run_async(record), self._loop)
+
+    async def _run_async(self, record: Record) -> None:
+        attempt = 0
+        started = time.monotonic()
+        while True:
+            attempt += 1
+            try:
+                result = await self.handler(record)
+            except Exception as exc:  # noqa: BLE001
+                delay = self._retry_delay(record, attempt, exc)
+                if delay is not None:
+                    await asyncio.sleep(delay)
+                    continue
+                await asyncio.to_thread(self._give_up, record, attempt, exc)
+                return
+            self._succeeded(record, result, time.monotonic() - started)
+            return
+
+    # -- shared outcome handling ----------------------------------------------------------
+
+    def _retry_delay(self, record: Record, attempt: int, exc: Exception) -> float | None:
+        self.stats.add(records_failed=1)
+        if self._stop.is_set() or not retry.should_retry(self.config.retry, attempt):
+            return None
+        delay = retry.backoff_s(self.config.retry, attempt)
+        log.warning(
+            "attempt %d on %s failed (%s: %s); retrying in %.3f s",
+            attempt,
+            record,
+            type(exc).__name__,
+            exc,
+            delay,
+        )
+        self.stats.add(retries=1)
+        return delay
+
+    def _retry_after(self, record: Record, attempt: int, exc: Exception) -> bool:
+        delay = self._retry_delay(record, attempt, exc)
+        if delay is None:
+            return False
+        return not self._stop.wait(delay)  # a stop cuts the wait short and ends the retries
+
+    def _succeeded(self, record: Record, result: Any, seconds: float) -> None:
+        self.stats.observe_latency(seconds)
+        if self.on_result is not None and result is not None:
+            self.on_result(record, result)
+        self._finish(record)
+
+    def _finish(self, record: Record) -> None:
+        """Done: the offset tracker learns it, then the queues (see WorkQueues.complete)."""
+        self.queues.complete(record, lambda: self.offsets.done(record.tp, record.offset))
+
+    def _give_up(self, record: Record, attempts: int, exc: Exception) -> None:
+        error = HandlerError(record.topic, record.partition, record.offset, attempts, exc)
+        if self._stop.is_set():  # shutting down: leave it undone, it is retried after restart
+            self.queues.complete(record)
+            return
+        if self.config.on_failure == "dead-letter" and self.dead_letters is not None:
+            try:
+                headers = dead_letter_headers(record, exc, attempts, self.config.group_id)
+                self.dead_letters.send(record, headers)
+            except Exception as dlt_exc:  # noqa: BLE001 - cannot park it: stop the partition
+                log.error(
+                    "%s; dead-lettering failed too (%s): stopping %s[%d]",
+                    error,
+                    dlt_exc,
+                    record.topic,
+                    record.partition,
+                )
+                self.queues.stop_partition(record.tp, f"{error}; dead-lettering failed: {dlt_exc}")
+                self.queues.complete(record)
+                return
+            log.error("%s; sent to %s", error, self.dead_letters.topic)
+            self.stats.add(dead_lettered=1)
+            self._finish(record)
+            return
+        log.error(
+            "%s; stopping %s[%d] (on_failure: stop-partition)",
+            error,
+            record.topic,
+            record.partition,
+        )
+        self.queues.stop_partition(record.tp, str(error))
+        self.queues.complete(record)

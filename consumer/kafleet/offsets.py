@@ -1,0 +1,125 @@
+"""Which offsets may be committed: per partition, the lowest offset that is not yet done.
+
+Owns: the bookkeeping of records from the moment the Poller hands them on until their handler
+is done (or they are dead-lettered), for each assigned partition, and the invariant that the
+committable offset never moves backwards (an attempt raises ``OffsetError``: a bug). Records
+complete out of order in ``key`` and ``unordered`` modes; the committable offset only passes a
+record once every record before it is done too, so a commit never skips unfinished work.
+
+Thread-safe: the Poller adds records and reads what to commit; Executor threads mark records
+done. Does not own committing (the Poller does) or deciding when (``commit_interval_ms``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from kafleet.errors import OffsetError
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass
+class PartitionOffsets:
+    """The records of one partition between hand-off and done, in offset order."""
+
+    next_offset: int | None = None  # one past the last record added
+    committed: int | None = None  # the last offset committed (or known committed)
+    _pending: deque[int] = field(default_factory=deque)  # offsets added, in order, not popped
+    _open: set[int] = field(default_factory=set)  # offsets added and not yet done
+
+    def add(self, offset: int) -> None:
+        if self.next_offset is not None and offset < self.next_offset:
+            raise OffsetError(
+                f"offset {offset} added after {self.next_offset - 1}: offsets must increase"
+            )
+        self._pending.append(offset)
+        self._open.add(offset)
+        self.next_offset = offset + 1
+
+    def done(self, offset: int) -> None:
+        if offset not in self._open:
+            raise OffsetError(f"offset {offset} marked done but it is not in progress")
+        self._open.remove(offset)
+        while self._pending and self._pending[0] not in self._open:
+            self._pending.popleft()
+
+    @property
+    def in_progress(self) -> int:
+        """Records added and not yet done."""
+        return len(self._open)
+
+    def committable(self) -> int | None:
+        """The offset to commit (the lowest not done), or None if nothing was ever added."""
+        if self._pending:
+            return self._pending[0]
+        return self.next_offset
+
+    def mark_committed(self, offset: int) -> None:
+        if self.committed is not None and offset < self.committed:
+            raise OffsetError(f"commit of {offset} would move back from {self.committed}")
+        self.committed = offset
+
+
+class OffsetTracker:
+    """Every assigned partition's :class:`PartitionOffsets`, behind one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._partitions: dict[TopicPartitionKey, PartitionOffsets] = {}
+
+    def assign(self, tp: TopicPartitionKey, committed: int | None = None) -> None:
+        with self._lock:
+            self._partitions[tp] = PartitionOffsets(committed=committed)
+
+    def remove(self, tp: TopicPartitionKey) -> None:
+        """Forget a partition; completions that arrive for it later are ignored."""
+        with self._lock:
+            self._partitions.pop(tp, None)
+
+    def add(self, tp: TopicPartitionKey, offset: int) -> None:
+        with self._lock:
+            self._partitions[tp].add(offset)
+
+    def done(self, tp: TopicPartitionKey, offset: int) -> bool:
+        """Mark a record done; False if its partition is no longer tracked (revoked or lost)."""
+        with self._lock:
+            partition = self._partitions.get(tp)
+            if partition is None:
+                return False
+            partition.done(offset)
+            return True
+
+    def to_commit(
+        self, partitions: set[TopicPartitionKey] | None = None
+    ) -> dict[TopicPartitionKey, int]:
+        """Each partition's committable offset where it is ahead of what was committed."""
+        with self._lock:
+            chosen = (
+                self._partitions
+                if partitions is None
+                else {tp: self._partitions[tp] for tp in partitions if tp in self._partitions}
+            )
+            result = {}
+            for tp, part in chosen.items():
+                offset = part.committable()
+                if offset is not None and (part.committed is None or offset > part.committed):
+                    result[tp] = offset
+            return result
+
+    def committed(self, offsets: dict[TopicPartitionKey, int]) -> None:
+        """Record that these offsets were committed (partitions since removed are ignored)."""
+        with self._lock:
+            for tp, offset in offsets.items():
+                if tp in self._partitions:
+                    self._partitions[tp].mark_committed(offset)
+
+    def snapshot(self) -> dict[TopicPartitionKey, tuple[int | None, int | None, int]]:
+        """Per partition: (committed, committable, records in progress)."""
+        with self._lock:
+            return {
+                tp: (p.committed, p.committable(), p.in_progress)
+                for tp, p in self._partitions.items()
+            }

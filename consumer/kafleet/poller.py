@@ -1,0 +1,309 @@
+"""The Poller: the only thread that touches the Kafka consumer.
+
+Owns: the ``confluent_kafka.Consumer`` and everything done with it: ``consume`` at a short,
+fixed cadence whatever the handlers do (so ``max.poll.interval.ms`` never expires because of
+slow work), taking at most ``max_poll_records`` per poll and never more than the fullest
+unpaused queue can hold; ``pause``/``resume`` as the queues report; periodic asynchronous
+commits of what the offset tracker says is done; the rebalance callbacks (they run inside
+``consume`` on this thread); and an orderly close.
+
+Rebalances (cooperative-sticky or KIP-848): on revoke, only the revoked partitions stop: their
+queued records are dropped, their in-flight records get ``drain_timeout_s`` to finish, their
+done offsets are committed synchronously, then they are forgotten. Other partitions' records
+keep running on the Executor's threads meanwhile. On lost, nothing is committed. On assign, an
+``OffsetStore`` (exactly-once sinks) may say where to start.
+
+Does not own running handlers (``executor.py``) or the wiring (``consumer.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from kafleet.config import ConsumerConfig
+from kafleet.errors import KafkaClientError
+from kafleet.offsets import OffsetTracker
+from kafleet.record import Record
+from kafleet.state import Stats
+from kafleet.work_queue import TP, WorkQueues
+
+log = logging.getLogger(__name__)
+
+
+class OffsetStore(Protocol):
+    """A sink that stores offsets with its output (exactly-once) says where to resume."""
+
+    def stored_offsets(self, partitions: list[TP]) -> dict[TP, int]: ...
+
+
+class Poller:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        queues: WorkQueues,
+        offsets: OffsetTracker,
+        stats: Stats,
+        offset_store: OffsetStore | None = None,
+        consumer_factory: Callable[[dict[str, object]], Consumer] = Consumer,
+    ) -> None:
+        self.config = config
+        self.queues = queues
+        self.offsets = offsets
+        self.stats = stats
+        self.offset_store = offset_store
+        self.max_poll_records = config.max_poll_records  # tunable live: a plain int write
+        self._consumer_factory = consumer_factory
+        self._consumer: Consumer | None = None
+        self._assigned: set[TP] = set()
+        self._drain_deadline: float | None = None
+        self._closing = False
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+
+    # -- control from other threads ---------------------------------------------------------
+
+    def request_stop(self, grace_s: float) -> None:
+        """Stop taking records and drain for up to ``grace_s``, then commit and close."""
+        deadline = time.monotonic() + grace_s
+        if self._drain_deadline is None or deadline < self._drain_deadline:
+            self._drain_deadline = deadline
+
+    @property
+    def assignment(self) -> list[TP]:
+        return sorted(self._assigned)
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._consumer = self._consumer_factory(
+                {
+                    **self.config.librdkafka(),
+                    "on_commit": self._on_commit,
+                    "error_cb": self._on_error,
+                }
+            )
+            self._subscribe()
+            while not self._drained():
+                self._poll_once()
+            self._close()
+        except BaseException as exc:
+            log.exception("the poller stopped on an error")
+            self.error = exc
+            self.stats.fatal_error = f"{type(exc).__name__}: {exc}"
+            self._close(commit=False)
+        finally:
+            self.stopped.set()
+
+    def _subscribe(self) -> None:
+        assert self._consumer is not None
+        topics = list(self.config.topics)
+        if self.config.topic_pattern:
+            pattern = self.config.topic_pattern
+            topics = [pattern if pattern.startswith("^") else "^" + pattern]
+        self._consumer.subscribe(
+            topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    def _drained(self) -> bool:
+        if self._drain_deadline is None:
+            return False
+        if not self._closing:
+            self._closing = True
+            self._pause(self.assignment)  # stop intake; keep polling so we stay in the group
+        idle = self.queues.wait_all_idle(timeout=0)
+        return idle or time.monotonic() >= self._drain_deadline
+
+    def _poll_once(self) -> None:
+        assert self._consumer is not None
+        pause, resume = self.queues.transitions()
+        if not self._closing:
+            self._pause(pause)
+            self._resume(resume)
+        want = self.queues.poll_capacity(self.max_poll_records)
+        timeout = self.config.poll_interval_ms / 1000
+        if want == 0 or self._closing:
+            messages = (
+                self._consumer.consume(num_messages=1, timeout=timeout) if self._closing else []
+            )
+            if not self._closing:
+                time.sleep(timeout)
+        else:
+            messages = self._consumer.consume(num_messages=want, timeout=timeout)
+        self.stats.polled()
+        if messages:
+            self._hand_over(messages)
+        self._maybe_commit()
+
+    def _hand_over(self, messages: list[Message]) -> None:
+        records = []
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                self._on_error(err)
+                continue
+            record = Record.from_message(msg)
+            if record.tp not in self._assigned:
+                continue
+            self.offsets.add(record.tp, record.offset)
+            records.append(record)
+        if self.config.guarantee == "at-most-once" and records:
+            for record in records:  # committed before any handler runs: done as far as
+                self.offsets.done(record.tp, record.offset)  # offsets are concerned
+            self._commit(asynchronous=False)
+        self.queues.push(records)
+
+    # -- commits ------------------------------------------------------------------------------
+
+    _next_commit: float = 0.0
+
+    def _maybe_commit(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_commit:
+            self._next_commit = now + self.config.commit_interval_ms / 1000
+            self._commit(asynchronous=True)
+
+    def _commit(self, partitions: set[TP] | None = None, asynchronous: bool = True) -> bool:
+        assert self._consumer is not None
+        offsets = self.offsets.to_commit(partitions)
+        if not offsets:
+            return True
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        try:
+            if asynchronous:
+                self._consumer.commit(offsets=tps, asynchronous=True)
+                return True  # the outcome arrives in _on_commit
+            result = self._consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as exc:
+            self.stats.add(commit_failures=1)
+            log.warning("commit of %s failed: %s", offsets, exc)
+            return False
+        failed = [tp for tp in result if tp.error is not None]
+        self.offsets.committed(
+            {(tp.topic, tp.partition): tp.offset for tp in result if tp.error is None}
+        )
+        self.stats.add(commits=1)
+        if failed:
+            self.stats.add(commit_failures=1)
+            log.warning("commit failed for %s", failed)
+            return False
+        return True
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if err is not None:
+            self.stats.add(commit_failures=1)
+            log.warning("asynchronous commit failed: %s", err)
+            return
+        self.offsets.committed(
+            {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.error is None}
+        )
+        self.stats.add(commits=1)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            raise KafkaClientError(err, "the consumer hit a fatal error")
+        if err.code() != KafkaError._PARTITION_EOF:
+            log.warning("kafka: %s", err)  # transient (broker down, ...); librdkafka retries
+
+    # -- pause / resume -----------------------------------------------------------------------
+
+    def _pause(self, tps: list[TP]) -> None:
+        if tps and self._consumer is not None:
+            self._consumer.pause([TopicPartition(t, p) for t, p in tps if (t, p) in self._assigned])
+
+    def _resume(self, tps: list[TP]) -> None:
+        if tps and self._consumer is not None:
+            self._consumer.resume(
+                [TopicPartition(t, p) for t, p in tps if (t, p) in self._assigned]
+            )
+
+    # -- rebalance callbacks (inside consume(), on this thread) --------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        self.queues.assign(tps)
+        for tp in tps:
+            self.offsets.assign(tp)
+        self._assigned.update(tps)
+        self.stats.add(assigned=len(tps), rebalances=1)
+        log.info("assigned %s", tps)
+        if self.offset_store is not None and tps:
+            stored = self.offset_store.stored_offsets(tps)
+            consumer.incremental_assign(
+                [
+                    TopicPartition(t, p, stored.get((t, p), tp.offset))
+                    for (t, p), tp in zip(tps, partitions, strict=True)
+                ]
+            )
+        if self._closing:
+            self._pause(tps)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        started = time.monotonic()
+        tps = [
+            (tp.topic, tp.partition)
+            for tp in partitions
+            if (tp.topic, tp.partition) in self._assigned
+        ]
+        if not tps:
+            return
+        dropped = self.queues.close_partitions(tps)
+        wait = (
+            0.0
+            if self._drain_deadline is not None
+            and self._closing
+            and time.monotonic() >= self._drain_deadline
+            else self.config.drain_timeout_s
+        )
+        drained = self.queues.wait_idle(tps, timeout=wait)
+        committed = self._commit(set(tps), asynchronous=False)
+        self._forget(tps)
+        seconds = time.monotonic() - started
+        self.stats.add(revoked=len(tps), rebalances=1)
+        self.stats.observe_revoke(seconds, timed_out=not drained)
+        log.info(
+            "revoked %s in %.3f s (%d queued dropped, drained: %s, committed: %s)",
+            tps,
+            seconds,
+            dropped,
+            drained,
+            committed,
+        )
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        self.queues.close_partitions(tps)
+        self._forget(tps)  # another member owns them now: commit nothing
+        self.stats.add(lost=len(tps), rebalances=1)
+        log.warning("lost %s; nothing committed for them", tps)
+
+    def _forget(self, tps: list[TP]) -> None:
+        for tp in tps:
+            self.offsets.remove(tp)
+            self._assigned.discard(tp)
+        self.queues.remove(tps)
+
+    # -- close ----------------------------------------------------------------------------------
+
+    def _close(self, commit: bool = True) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is None:
+            return
+        self._consumer = consumer  # the callbacks that close() runs need it
+        self._closing = True
+        if self._drain_deadline is None:
+            self._drain_deadline = time.monotonic()
+        try:
+            if commit:
+                self._commit(asynchronous=False)
+            consumer.close()  # runs the final revoke, leaves the group
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("closing the consumer: %s", exc)
+        finally:
+            self._consumer = None

@@ -1,0 +1,60 @@
+"""The record a handler receives: a plain, immutable copy of one Kafka message.
+
+Owns: the ``Record`` type and its construction from a confluent-kafka ``Message``. Handlers get
+a ``Record`` rather than the client's ``Message`` so that they never hold client objects across
+threads and so that tests can build records without a broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+    timestamp_ms: int | None = None  # the record's timestamp, if the broker gave one
+
+    @property
+    def tp(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def size(self) -> int:
+        """Bytes of key and value, the unit of the queues' byte bound."""
+        return len(self.key or b"") + len(self.value or b"")
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+    @classmethod
+    def from_message(cls, msg: Message) -> Record:
+        kind, ts = msg.timestamp()
+        headers = msg.headers()  # a list of (name, value) pairs, or None
+        return cls(
+            topic=msg.topic() or "",
+            partition=msg.partition() or 0,
+            offset=msg.offset() or 0,
+            key=msg.key(),
+            value=msg.value(),
+            headers=_headers(headers),
+            timestamp_ms=None if kind == TIMESTAMP_NOT_AVAILABLE else ts,
+        )
+
+
+def _headers(
+    raw: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None,
+) -> Headers:
+    if not raw:
+        return ()
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return tuple((k, v.encode() if isinstance(v, str) else v) for k, v in pairs)

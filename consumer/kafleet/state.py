@@ -1,0 +1,135 @@
+"""What the consumer has done and is doing: counters, timings, and the snapshot for the sidecar.
+
+Owns: thread-safe counters (records processed, retries, dead letters, commits, rebalances),
+the handler-latency histogram, revoke durations, the time of the last poll, and assembling a
+JSON-ready snapshot together with the queues' and the offset tracker's views. Does not own
+serving it (the sidecar) or judging lag (the sidecar's Burrow-style evaluation).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+# Handler latency buckets in seconds (upper bounds), as Prometheus histograms take them.
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
+
+
+@dataclass
+class Stats:
+    """Counters shared by the Poller and the Executor threads."""
+
+    records_processed: int = 0
+    records_failed: int = 0  # handler attempts that raised
+    retries: int = 0
+    dead_lettered: int = 0
+    commits: int = 0
+    commit_failures: int = 0
+    committed_records: int = 0
+    assigned: int = 0
+    revoked: int = 0
+    lost: int = 0
+    rebalances: int = 0
+    revoke_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=50))
+    revoke_timeouts: int = 0
+    last_poll: float = field(default_factory=time.monotonic)
+    polls: int = 0
+    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    latency_sum: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    fatal_error: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def observe_latency(self, seconds: float) -> None:
+        with self._lock:
+            self.latency_counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+            self.latency_sum += seconds
+            self.records_processed += 1
+
+    def observe_revoke(self, seconds: float, timed_out: bool) -> None:
+        with self._lock:
+            self.revoke_seconds.append(seconds)
+            self.revoke_timeouts += int(timed_out)
+
+    def polled(self) -> None:
+        self.last_poll = time.monotonic()  # one writer (the Poller): no lock needed
+        self.polls += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "records_processed": self.records_processed,
+                "records_failed": self.records_failed,
+                "retries": self.retries,
+                "dead_lettered": self.dead_lettered,
+                "commits": self.commits,
+                "commit_failures": self.commit_failures,
+                "rebalances": self.rebalances,
+                "partitions_assigned_total": self.assigned,
+                "partitions_revoked_total": self.revoked,
+                "partitions_lost_total": self.lost,
+                "revoke_seconds": list(self.revoke_seconds),
+                "revoke_timeouts": self.revoke_timeouts,
+                "seconds_since_poll": time.monotonic() - self.last_poll,
+                "polls": self.polls,
+                "handler_latency": {
+                    "buckets": list(LATENCY_BUCKETS),
+                    "counts": list(self.latency_counts),
+                    "sum": self.latency_sum,
+                },
+                "uptime_seconds": time.monotonic() - self.started,
+                "fatal_error": self.fatal_error,
+            }
+
+
+def health(
+    stats: dict[str, Any],
+    partitions: dict[str, dict[str, Any]],
+    max_poll_interval_ms: int,
+    processing_timeout_s: float,
+    poll_share: float = 0.5,
+) -> tuple[bool, list[str]]:
+    """Whether the worker is alive and making progress (KIP-62), and if not, why.
+
+    Unhealthy when it has not polled for ``poll_share`` of ``max_poll_interval_ms``, when a
+    record has been in its handler longer than ``processing_timeout_s``, or after a fatal error.
+    """
+    reasons = []
+    limit = max_poll_interval_ms / 1000 * poll_share
+    if stats["seconds_since_poll"] > limit:
+        reasons.append(f"no poll for {stats['seconds_since_poll']:.1f} s (limit {limit:.1f} s)")
+    for name, part in partitions.items():
+        if part["oldest_in_flight_s"] > processing_timeout_s:
+            reasons.append(
+                f"{name}: a record has been in its handler for {part['oldest_in_flight_s']:.1f} s"
+                f" (processing_timeout_s {processing_timeout_s:g})"
+            )
+    if stats.get("fatal_error"):
+        reasons.append(f"fatal error: {stats['fatal_error']}")
+    return not reasons, reasons

@@ -1,0 +1,154 @@
+"""``kafleet worker``: run a handler over a topic as a long-lived process.
+
+Owns: the worker's command-line flags (generated from ``ConsumerConfig``'s fields, so the
+config file, the ``KAFLEET_*`` variables and the flags always have the same names), importing
+the handler (``module:function``), signals (SIGTERM or SIGINT: stop intake, drain within
+``shutdown_grace_s``, commit, leave the group, exit 0; a second signal: exit at once), and the
+config-file watch for live tuning. Does not own any consumer behaviour (``consumer.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import types
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from kafleet.config import ConsumerConfig, load_config
+from kafleet.consumer import ParallelConsumer
+from kafleet.errors import ConfigError, FieldProblem
+from kafleet.executor import Handler
+from kafleet.live_config import ConfigWatcher
+
+log = logging.getLogger("kafleet.worker")
+
+
+def _scalar_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted field name, help) for every settable scalar field, nested models included."""
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _scalar_fields(annotation, f"{prefix}{name}.")
+        elif name != "kafka":
+            yield f"{prefix}{name}", info.description or ""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="YAML file of ConsumerConfig fields; "
+        "watched: max_poll_records and concurrency apply live",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    group = parser.add_argument_group("configuration fields (override the file and KAFLEET_*)")
+    for dotted, help_text in _scalar_fields(ConsumerConfig):
+        flag = "--" + dotted.replace("_", "-")
+        group.add_argument(flag, dest=f"field:{dotted}", metavar="VALUE", help=help_text)
+    group.add_argument(
+        "--kafka",
+        action="append",
+        default=[],
+        metavar="PROPERTY=VALUE",
+        help="a librdkafka property, passed through (repeatable)",
+    )
+
+
+def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags that were given, as a nested mapping of field values."""
+    out: dict[str, Any] = {}
+    for dest, value in vars(args).items():
+        if not dest.startswith("field:") or value is None:
+            continue
+        *parents, leaf = dest.removeprefix("field:").split(".")
+        node = out
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = value
+    for item in args.kafka:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError([FieldProblem("kafka", f"expected PROPERTY=VALUE, got {item!r}")])
+        out.setdefault("kafka", {})[key] = value
+    return out
+
+
+def import_handler(reference: str) -> Handler:
+    """``package.module:function`` -> the function (the working directory is importable)."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError([FieldProblem("handler", f"expected module:function, got {reference!r}")])
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError([FieldProblem("handler", f"cannot import {module_name}: {exc}")]) from exc
+    handler = getattr(module, attr, None)
+    if not callable(handler):
+        raise ConfigError([FieldProblem("handler", f"{module_name} has no function {attr!r}")])
+    return handler  # type: ignore[no-any-return]
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        overrides = overrides_from(args)
+        config = load_config(args.config, overrides)
+        if config.handler is None:
+            raise ConfigError([FieldProblem("handler", "required: module:function")])
+        handler = import_handler(config.handler)
+    except ConfigError as exc:
+        print(f"kafleet worker: {exc}", file=sys.stderr)
+        return 2
+    log.info("starting with:\n%s", config)
+    consumer = ParallelConsumer(config, handler).start()
+    watcher = (
+        ConfigWatcher(args.config, config, lambda live: consumer.tune(**live), overrides).start()
+        if args.config
+        else None
+    )
+    signals = 0
+
+    def on_signal(signum: int, _frame: types.FrameType | None) -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            log.warning("second %s: exiting at once", signal.Signals(signum).name)
+            os._exit(130)
+        log.info(
+            "%s: draining for up to %.0f s, then committing and leaving the group",
+            signal.Signals(signum).name,
+            config.shutdown_grace_s,
+        )
+        consumer.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not consumer.wait(timeout=0.5):
+        pass
+    if watcher is not None:
+        watcher.stop()
+    if consumer.poller.error is not None:
+        log.error("stopped on an error: %s", consumer.poller.error)
+        return 1
+    log.info("stopped cleanly: %d records processed", consumer.stats.records_processed)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kafleet worker")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
