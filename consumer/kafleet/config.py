@@ -272,7 +272,8 @@ class ConsumerConfig(BaseSettings):
             )
         if self.group_protocol == "classic" and self.session_timeout_ms > self.max_poll_interval_ms:
             yield "session_timeout_ms", "must not exceed max_poll_interval_ms"
-        if self.max_poll_records > self.queue.max_records:
+        explicit = "max_poll_records" in self.model_fields_set  # the default is capped anyway
+        if explicit and self.max_poll_records > self.queue.max_records:
             yield "max_poll_records", "must not exceed queue.max_records"
 
     @property

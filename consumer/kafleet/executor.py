@@ -96,8 +96,13 @@ class Executor:
     def _work(self) -> None:
         while not self._stop.is_set():
             record = self.queues.take(timeout=0.2)
-            if record is not None:
+            if record is None:
+                continue
+            try:
                 self._run_sync(record)
+            except Exception as exc:  # a bug in kafleet: report it, keep the thread
+                log.exception("internal error while finishing %s", record)
+                self.stats.fatal_error = f"internal error on {record}: {exc!r}"
 
     def _run_sync(self, record: Record) -> None:
         attempt = 0
@@ -171,8 +176,12 @@ class Executor:
         self._finish(record)
 
     def _finish(self, record: Record) -> None:
-        """Done: the offset tracker learns it, then the queues (see WorkQueues.complete)."""
-        self.queues.complete(record, lambda: self.offsets.done(record.tp, record.offset))
+        """Done: the offset tracker learns it, then the queues (see WorkQueues.complete).
+        At most once, the Poller marked it done before it ran."""
+        if self.config.guarantee == "at-most-once":
+            self.queues.complete(record)
+        else:
+            self.queues.complete(record, lambda: self.offsets.done(record.tp, record.offset))
 
     def _give_up(self, record: Record, attempts: int, exc: Exception) -> None:
         error = HandlerError(record.topic, record.partition, record.offset, attempts, exc)

@@ -215,10 +215,12 @@ class Poller:
 
     def _pause(self, tps: list[TP]) -> None:
         if tps and self._consumer is not None:
+            self.stats.add(pauses=len(tps))
             self._consumer.pause([TopicPartition(t, p) for t, p in tps if (t, p) in self._assigned])
 
     def _resume(self, tps: list[TP]) -> None:
         if tps and self._consumer is not None:
+            self.stats.add(resumes=len(tps))
             self._consumer.resume(
                 [TopicPartition(t, p) for t, p in tps if (t, p) in self._assigned]
             )
@@ -266,7 +268,7 @@ class Poller:
         self._forget(tps)
         seconds = time.monotonic() - started
         self.stats.add(revoked=len(tps), rebalances=1)
-        self.stats.observe_revoke(seconds, timed_out=not drained)
+        self.stats.observe_revoke(started, seconds, tps, timed_out=not drained)
         log.info(
             "revoked %s in %.3f s (%d queued dropped, drained: %s, committed: %s)",
             tps,

@@ -51,7 +51,12 @@ class Stats:
     revoked: int = 0
     lost: int = 0
     rebalances: int = 0
-    revoke_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=50))
+    pauses: int = 0
+    resumes: int = 0
+    # The last revokes: (monotonic start, seconds, partitions), newest last.
+    revokes: deque[tuple[float, float, list[tuple[str, int]]]] = field(
+        default_factory=lambda: deque(maxlen=50)
+    )
     revoke_timeouts: int = 0
     last_poll: float = field(default_factory=time.monotonic)
     polls: int = 0
@@ -72,9 +77,11 @@ class Stats:
             self.latency_sum += seconds
             self.records_processed += 1
 
-    def observe_revoke(self, seconds: float, timed_out: bool) -> None:
+    def observe_revoke(
+        self, started: float, seconds: float, tps: list[tuple[str, int]], timed_out: bool
+    ) -> None:
         with self._lock:
-            self.revoke_seconds.append(seconds)
+            self.revokes.append((started, seconds, tps))
             self.revoke_timeouts += int(timed_out)
 
     def polled(self) -> None:
@@ -94,7 +101,9 @@ class Stats:
                 "partitions_assigned_total": self.assigned,
                 "partitions_revoked_total": self.revoked,
                 "partitions_lost_total": self.lost,
-                "revoke_seconds": list(self.revoke_seconds),
+                "pauses": self.pauses,
+                "resumes": self.resumes,
+                "revoke_seconds": [seconds for _, seconds, _ in self.revokes],
                 "revoke_timeouts": self.revoke_timeouts,
                 "seconds_since_poll": time.monotonic() - self.last_poll,
                 "polls": self.polls,

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import K8s
 from tests.infra import k8s_build
+from tests.infra.waiting import wait_until
 
 CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -55,14 +54,6 @@ CRD = {
         ],
     },
 }
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +135,7 @@ def test_a_deployment_of_two_replicas_gets_two_running_ready_pods_and_deleting_i
     k8s.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(deployment))
     apps, core = AppsV1Api(k8s.api), CoreV1Api(k8s.api)
 
-    _wait_for(
+    wait_until(
         lambda: (apps.read_namespaced_deployment("web", namespace).status.ready_replicas or 0) == 2,
         60,
         "2 ready replicas",
@@ -155,7 +146,7 @@ def test_a_deployment_of_two_replicas_gets_two_running_ready_pods_and_deleting_i
     assert {p.spec.node_name for p in pods} <= {"kwok-node-0", "kwok-node-1"}
 
     apps.delete_namespaced_deployment("web", namespace)
-    _wait_for(
+    wait_until(
         lambda: not core.list_namespaced_pod(namespace, label_selector="app=web").items,
         60,
         "the garbage collector to remove the pods",
@@ -214,7 +205,7 @@ def test_rbac_forbids_a_service_account_what_it_was_not_granted(k8s: K8s, namesp
         "-n",
         namespace,
     )
-    _wait_for(lambda: as_reader("get", "configmaps").returncode == 0, 30, "the role to apply")
+    wait_until(lambda: as_reader("get", "configmaps").returncode == 0, 30, "the role to apply")
 
 
 def test_helm_template_of_a_chart_applies(k8s: K8s, namespace: str, tmp_path: Path) -> None:

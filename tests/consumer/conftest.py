@@ -1,0 +1,173 @@
+"""Fixtures for the consumer's tests against the real broker: configs, running consumers that
+are always closed, a journal of what handlers did, and reading a group's committed offsets."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from kafleet import ConsumerConfig, ParallelConsumer, Record, load_config
+from tests.infra.records import record_number
+
+
+@dataclass(frozen=True)
+class Handled:
+    worker: str
+    partition: int
+    offset: int
+    key: bytes | None
+    number: int
+    started: float
+    ended: float
+
+
+@dataclass
+class Journal:
+    """A thread-safe log of every record a handler finished, for checking order and counts."""
+
+    entries: list[Handled] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _active: Counter[object] = field(default_factory=Counter)
+    overlaps: list[object] = field(default_factory=list)
+    most_at_once: int = 0
+
+    def handler(
+        self,
+        worker: str = "w",
+        delay: Callable[[Record], float] = lambda r: 0.0,
+        lane: Callable[[Record], object] = lambda r: None,
+    ) -> Callable[[Record], None]:
+        """A handler that sleeps ``delay(record)`` and notes any two records of one ``lane``
+        (partition or key) running at the same time."""
+
+        def handle(record: Record) -> None:
+            started = time.monotonic()
+            name = lane(record)
+            with self._lock:
+                if name is not None and self._active[name]:
+                    self.overlaps.append(name)
+                self._active[name] += 1
+                self.most_at_once = max(self.most_at_once, sum(self._active.values()))
+            try:
+                time.sleep(delay(record))
+            finally:
+                with self._lock:
+                    self._active[name] -= 1
+                    self.entries.append(
+                        Handled(
+                            worker,
+                            record.partition,
+                            record.offset,
+                            record.key,
+                            record_number(record.value or b""),
+                            started,
+                            time.monotonic(),
+                        )
+                    )
+
+        return handle
+
+    def numbers(self) -> Counter[int]:
+        with self._lock:
+            return Counter(e.number for e in self.entries)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.entries)
+
+    def snapshot(self) -> list[Handled]:
+        with self._lock:
+            return list(self.entries)
+
+
+@pytest.fixture
+def journal() -> Journal:
+    return Journal()
+
+
+class ConfigFactory(Protocol):
+    def __call__(self, topic: str, group: str | None = None, **fields: Any) -> ConsumerConfig: ...
+
+
+@pytest.fixture
+def consumer_config(kafka: str, group_id: Callable[[], str]) -> ConfigFactory:
+    """``consumer_config(topic, **fields)``: a validated config for the session's broker."""
+
+    def make(topic: str, group: str | None = None, **fields: Any) -> ConsumerConfig:
+        base: dict[str, Any] = {
+            "bootstrap_servers": kafka,
+            "group_id": group or group_id(),
+            "topics": [topic],
+            "commit_interval_ms": 200,
+            "drain_timeout_s": 10.0,
+            "shutdown_grace_s": 20.0,
+            "kafka": {"topic.metadata.refresh.interval.ms": 1000},
+        }
+        return load_config(None, {**base, **fields})
+
+    return make
+
+
+@pytest.fixture
+def start_consumer() -> Iterator[Callable[..., ParallelConsumer]]:
+    """``start_consumer(config, handler, **kwargs)``: started now, closed after the test."""
+    started: list[ParallelConsumer] = []
+
+    def start(config: ConsumerConfig, handler: Any, **kwargs: Any) -> ParallelConsumer:
+        consumer = ParallelConsumer(config, handler, **kwargs).start()
+        started.append(consumer)
+        return consumer
+
+    yield start
+    for consumer in started:
+        consumer.stop(grace_s=5)
+    for consumer in started:
+        consumer.wait(timeout=30)
+
+
+@pytest.fixture
+def committed_offsets(kafka: str) -> Callable[[str, str, int], dict[int, int]]:
+    """``committed_offsets(group, topic, partitions)``: partition -> committed offset (-1001
+    where nothing is committed), read by a separate client."""
+
+    def read(group: str, topic: str, partitions: int) -> dict[int, int]:
+        reader = Consumer({"bootstrap.servers": kafka, "group.id": group})
+        deadline = time.monotonic() + 20
+        try:
+            while True:
+                try:
+                    tps = reader.committed(
+                        [TopicPartition(topic, p) for p in range(partitions)], 10
+                    )
+                    return {tp.partition: tp.offset for tp in tps}
+                except KafkaException as exc:  # the coordinator may be moving or loading
+                    if not exc.args[0].retriable() or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            reader.close()
+
+    return read
+
+
+@pytest.fixture
+def end_offsets(admin: AdminClient, kafka: str) -> Callable[[str, int], dict[int, int]]:
+    def read(topic: str, partitions: int) -> dict[int, int]:
+        reader = Consumer({"bootstrap.servers": kafka, "group.id": "end-offsets-reader"})
+        try:
+            return {
+                p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)
+            }
+        finally:
+            reader.close()
+
+    return read

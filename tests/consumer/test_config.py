@@ -1,0 +1,131 @@
+"""Configuration is validated once, names the bad field, and never prints a secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kafleet.config import ConsumerConfig, load_config
+from kafleet.errors import ConfigError
+from kafleet.live_config import config_changes
+
+BASE = {"bootstrap_servers": "localhost:9092", "group_id": "billing", "topics": ["orders"]}
+
+
+def test_file_then_environment_then_flags_each_override_the_one_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "worker.yaml"
+    path.write_text(
+        "bootstrap_servers: file:9092\ngroup_id: from-file\ntopics: [a, b]\n"
+        "concurrency: 4\nqueue:\n  max_records: 200\n"
+    )
+    monkeypatch.setenv("KAFLEET_CONCURRENCY", "8")
+    monkeypatch.setenv("KAFLEET_QUEUE__MAX_BYTES", "2048")
+
+    config = load_config(path, {"group_id": "from-flag"})
+
+    assert config.group_id == "from-flag"
+    assert config.concurrency == 8
+    assert config.queue.max_records == 200
+    assert config.queue.max_bytes == 2048
+    assert config.topics == ["a", "b"]
+
+
+def test_topics_may_be_a_comma_separated_string_from_an_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KAFLEET_TOPICS", "orders, refunds")
+
+    config = load_config(None, {"bootstrap_servers": "b:1", "group_id": "g"})
+
+    assert config.topics == ["orders", "refunds"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"concurrency": 0}, "concurrency", "greater than or equal to 1"),
+        ({"ordering": "random"}, "ordering", "'partition', 'key' or 'unordered'"),
+        ({"topics": []}, "topics", "exactly one of topics and topic_pattern"),
+        ({"topic_pattern": "orders-("}, "topic_pattern", "not a regular expression"),
+        ({"queue": {"max_records": 10}, "max_poll_records": 50}, "max_poll_records", "must not"),
+        ({"retry": {"initial_backoff_ms": 500, "max_backoff_ms": 100}}, "retry", "max_backoff_ms"),
+        ({"kafka": {"enable.auto.commit": True}}, "kafka", "set by kafleet"),
+        ({"kafka": {"sasl.password": "x"}}, "kafka", "security.*"),
+        ({"drain_timeout_s": 200.0}, "drain_timeout_s", "half of max_poll_interval_ms"),
+        (
+            {"group_protocol": "consumer", "session_timeout_ms": 10000},
+            "session_timeout_ms",
+            "broker",
+        ),
+        ({"security": {"protocol": "SASL_SSL"}}, "security", "sasl_mechanism is required"),
+        ({"max_poll_interval_ms": 5000}, "session_timeout_ms", "must not exceed"),
+        ({"unknown_field": 1}, "unknown_field", "Extra inputs are not permitted"),
+    ],
+)
+def test_a_bad_value_is_rejected_naming_the_field_and_the_reason(
+    change: dict[str, object], field: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {**BASE, **change})
+
+    assert field in caught.value.fields
+    assert reason in str(caught.value)
+
+
+def test_a_file_that_is_not_yaml_is_rejected_with_the_file_named(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("topics: [orders\n")
+
+    with pytest.raises(ConfigError, match=r"broken\.yaml.*\n.*not valid YAML"):
+        load_config(path)
+
+
+def test_secrets_are_masked_wherever_the_configuration_is_printed() -> None:
+    config = load_config(
+        None,
+        {
+            **BASE,
+            "security": {
+                "protocol": "SASL_SSL",
+                "sasl_mechanism": "SCRAM-SHA-512",
+                "sasl_username": "svc",
+                "sasl_password": "hunter2",
+            },
+        },
+    )
+
+    assert "hunter2" not in str(config)
+    assert "hunter2" not in repr(config)
+    assert "hunter2" not in str(config.masked())
+    assert config.librdkafka()["sasl.password"] == "hunter2"
+
+
+def test_a_secret_in_a_rejected_value_is_not_echoed() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {**BASE, "security": {"sasl_password": ["hunter2"]}})
+
+    assert "hunter2" not in str(caught.value)
+
+
+def test_classic_protocol_renders_cooperative_sticky_and_kip848_leaves_it_to_the_broker() -> None:
+    classic = load_config(None, BASE).librdkafka()
+    kip848 = load_config(None, {**BASE, "group_protocol": "consumer"}).librdkafka()
+
+    assert classic["partition.assignment.strategy"] == "cooperative-sticky"
+    assert classic["enable.auto.commit"] is False
+    assert kip848["group.protocol"] == "consumer"
+    assert "partition.assignment.strategy" not in kip848
+    assert "session.timeout.ms" not in kip848
+
+
+def test_only_tunable_fields_change_live_and_the_rest_are_named_for_a_restart() -> None:
+    old = ConsumerConfig(**BASE)
+    new = ConsumerConfig(**{**BASE, "concurrency": 64, "max_poll_records": 100, "ordering": "key"})
+
+    live, restart = config_changes(old, new)
+
+    assert live == {"concurrency": 64, "max_poll_records": 100}
+    assert restart == ["ordering"]

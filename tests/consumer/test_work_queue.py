@@ -1,0 +1,154 @@
+"""Work queues: bounded per partition, ordered by lanes, fair across partitions, and they say
+when to pause and resume."""
+
+from __future__ import annotations
+
+from kafleet.config import QueueBounds
+from kafleet.record import Record
+from kafleet.work_queue import WorkQueues
+
+
+def rec(partition: int, offset: int, key: bytes | None = b"k", size: int = 10) -> Record:
+    return Record("t", partition, offset, key, b"v" * (size - len(key or b"")))
+
+
+def queues(ordering: str = "partition", concurrency: int = 100, **bounds: float) -> WorkQueues:
+    q = WorkQueues(QueueBounds(**bounds), ordering, concurrency)  # type: ignore[arg-type]
+    q.assign([("t", p) for p in range(4)])
+    return q
+
+
+def take_all(q: WorkQueues) -> list[Record]:
+    taken = []
+    while (r := q.take(timeout=0)) is not None:
+        taken.append(r)
+    return taken
+
+
+def test_partition_ordering_runs_one_record_per_partition_at_a_time_in_offset_order() -> None:
+    q = queues("partition")
+    q.push([rec(0, 0), rec(0, 1), rec(1, 0), rec(1, 1)])
+
+    first = take_all(q)
+    assert [(r.partition, r.offset) for r in first] == [(0, 0), (1, 0)]
+    q.complete(first[0])
+    assert [(r.partition, r.offset) for r in take_all(q)] == [(0, 1)]
+
+
+def test_key_ordering_runs_different_keys_of_one_partition_at_once_but_one_per_key() -> None:
+    q = queues("key")
+    q.push([rec(0, 0, b"a"), rec(0, 1, b"a"), rec(0, 2, b"b"), rec(0, 3, b"c")])
+
+    first = take_all(q)
+    assert sorted(r.offset for r in first) == [0, 2, 3]
+    q.complete(next(r for r in first if r.offset == 0))
+    assert [r.offset for r in take_all(q)] == [1]
+
+
+def test_unordered_runs_everything_up_to_the_concurrency_limit() -> None:
+    q = queues("unordered", concurrency=3)
+    q.push([rec(0, i) for i in range(5)])
+
+    first = take_all(q)
+    assert len(first) == 3
+    q.complete(first[0])
+    assert len(take_all(q)) == 1
+
+
+def test_dispatch_is_round_robin_so_a_deep_partition_does_not_starve_the_others() -> None:
+    q = queues("unordered", concurrency=1000)
+    q.push([rec(0, i) for i in range(50)])
+    q.push([rec(1, 0), rec(2, 0)])
+
+    order = [r.partition for r in take_all(q)][:6]
+
+    assert order[:3] == [0, 1, 2]
+    assert order.count(0) == 4
+
+
+def test_the_concurrency_limit_can_change_live() -> None:
+    q = queues("unordered", concurrency=1)
+    q.push([rec(0, i) for i in range(5)])
+    assert len(take_all(q)) == 1
+
+    q.set_concurrency(4)
+
+    assert len(take_all(q)) == 3
+
+
+def test_a_partition_is_paused_at_its_record_bound_and_resumed_at_the_low_mark() -> None:
+    q = queues("partition", max_records=10, resume_at=0.5)
+    q.push([rec(0, i) for i in range(10)])
+
+    assert q.transitions() == ([("t", 0)], [])
+    assert q.transitions() == ([], [])  # reported once
+    for _ in range(4):
+        r = q.take(timeout=0)
+        assert r is not None
+        q.complete(r)
+    assert q.transitions() == ([], [])  # 6 queued: still above the low mark of 5
+    r = q.take(timeout=0)
+    assert r is not None
+    q.complete(r)
+    assert q.transitions() == ([], [("t", 0)])
+
+
+def test_a_partition_is_paused_at_its_byte_bound() -> None:
+    q = queues("partition", max_records=1000, max_bytes=1024)
+    q.push([rec(1, i, size=300) for i in range(4)])
+
+    assert q.transitions() == ([("t", 1)], [])
+
+
+def test_a_poll_never_takes_more_than_the_fullest_unpaused_queue_can_hold() -> None:
+    q = queues("partition", max_records=10)
+    q.push([rec(0, i) for i in range(7)])
+
+    assert q.poll_capacity(500) == 3
+    q.push([rec(0, 7), rec(0, 8), rec(0, 9)])
+    q.transitions()  # partition 0 is now paused, so it no longer limits the poll
+    assert q.poll_capacity(500) == 10
+    assert q.poll_capacity(4) == 4
+
+
+def test_closing_a_partition_drops_its_queue_and_dispatches_nothing_more_from_it() -> None:
+    q = queues("partition")
+    q.push([rec(0, i) for i in range(5)] + [rec(1, 0)])
+    in_flight = q.take(timeout=0)
+
+    dropped = q.close_partitions([("t", 0)])
+
+    assert dropped == 4
+    assert in_flight is not None
+    assert in_flight.partition == 0
+    assert [r.partition for r in take_all(q)] == [1]
+    assert q.wait_idle([("t", 0)], timeout=0) is False
+    q.complete(in_flight)
+    assert q.wait_idle([("t", 0)], timeout=0) is True
+
+
+def test_a_record_that_outlived_its_partitions_assignment_is_not_counted_again() -> None:
+    q = queues("partition")
+    q.push([rec(0, 0)])
+    stale = q.take(timeout=0)
+    assert stale is not None
+    q.close_partitions([("t", 0)])
+    q.remove([("t", 0)])
+    q.assign([("t", 0)])  # assigned again, with a record of the same offset
+    q.push([rec(0, 0)])
+    marked: list[Record] = []
+
+    q.complete(stale, lambda: marked.append(stale))
+
+    assert marked == []
+    assert [r.offset for r in take_all(q)] == [0]
+
+
+def test_a_stopped_partition_is_paused_and_dispatches_nothing_more() -> None:
+    q = queues("key")
+    q.push([rec(2, 0, b"a"), rec(2, 1, b"b")])
+    q.stop_partition(("t", 2), "poison")
+
+    assert q.transitions() == ([("t", 2)], [])
+    assert take_all(q) == []
+    assert q.snapshot()[("t", 2)]["stopped"] == "poison"

@@ -1,0 +1,17 @@
+"""Waiting for a condition in tests, with a deadline and a message that says what was awaited."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def wait_until(
+    condition: Callable[[], object], timeout: float, what: str, every: float = 0.05
+) -> None:
+    """Poll ``condition`` until it is truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
