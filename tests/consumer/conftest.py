@@ -44,9 +44,11 @@ class Journal:
         worker: str = "w",
         delay: Callable[[Record], float] = lambda r: 0.0,
         lane: Callable[[Record], object] = lambda r: None,
+        then: Callable[[Record], float] = lambda r: 0.0,
     ) -> Callable[[Record], None]:
-        """A handler that sleeps ``delay(record)`` and notes any two records of one ``lane``
-        (partition or key) running at the same time."""
+        """A handler that sleeps ``delay(record)``, then ``then(record)`` (asked after the
+        first sleep), and notes any two records of one ``lane`` (partition or key) running at
+        the same time."""
 
         def handle(record: Record) -> None:
             started = time.monotonic()
@@ -58,6 +60,7 @@ class Journal:
                 self.most_at_once = max(self.most_at_once, sum(self._active.values()))
             try:
                 time.sleep(delay(record))
+                time.sleep(then(record))
             finally:
                 with self._lock:
                     self._active[name] -= 1
