@@ -1,0 +1,245 @@
+"""Failures lose nothing: poison records, broker restarts, killed and stopped workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+
+from kafleet import ParallelConsumer, Record
+from tests.conftest import TopicFactory
+from tests.consumer.conftest import ConfigFactory, Journal
+from tests.infra import kafka as kafka_infra
+from tests.infra.records import ProduceReport, record_number
+from tests.infra.waiting import wait_until
+
+Start = Callable[..., ParallelConsumer]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _poison(number: int) -> Callable[[Record], None]:
+    def handle(record: Record) -> None:
+        if record_number(record.value or b"") == number:
+            raise ValueError(f"cannot bill record {number}")
+
+    return handle
+
+
+def _read_all(kafka: str, topic: str, count: int) -> list[object]:
+    reader = Consumer(
+        {"bootstrap.servers": kafka, "group.id": f"reader-{topic}", "auto.offset.reset": "earliest"}
+    )
+    reader.subscribe([topic])
+    got: list[object] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(m for m in reader.consume(100, 0.5) if m.error() is None)
+    reader.close()
+    return got
+
+
+def test_a_poison_record_goes_to_the_dead_letter_topic_with_headers_while_the_rest_flows(
+    kafka: str,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    consumer_config: ConfigFactory,
+    start_consumer: Start,
+    journal: Journal,
+    committed_offsets: Callable[[str, str, int], dict[int, int]],
+    end_offsets: Callable[[str, int], dict[int, int]],
+) -> None:
+    topic = topic_factory(partitions=3)
+    dead = topic_factory(partitions=1)
+    produce(topic, 300)
+    good = journal.handler()
+
+    def handle(record: Record) -> None:
+        _poison(42)(record)
+        good(record)
+
+    config = consumer_config(
+        topic, dead_letter_topic=dead, retry={"max_attempts": 3, "initial_backoff_ms": 20}
+    )
+    consumer = start_consumer(config, handle)
+    wait_until(lambda: journal.count() >= 299, 60, "every other record")
+    wait_until(
+        lambda: committed_offsets(config.group_id, topic, 3) == end_offsets(topic, 3),
+        30,
+        "commits past the poison record too",
+    )
+
+    assert 42 not in journal.numbers()
+    [parked] = _read_all(kafka, dead, 1)
+    headers = dict(parked.headers())  # type: ignore[attr-defined]
+    assert record_number(parked.value()) == 42  # type: ignore[attr-defined]
+    assert headers["kafleet.error.type"] == b"builtins.ValueError"
+    assert headers["kafleet.error.message"] == b"cannot bill record 42"
+    assert headers["kafleet.attempts"] == b"3"
+    assert headers["kafleet.original.topic"] == topic.encode()
+    assert int(headers["kafleet.original.offset"]) >= 0
+    snapshot = consumer.snapshot()
+    assert snapshot["dead_lettered"] == 1
+    assert snapshot["retries"] == 2
+
+
+def test_the_stop_policy_stops_only_the_poison_records_partition_and_commits_before_it(
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    consumer_config: ConfigFactory,
+    start_consumer: Start,
+    journal: Journal,
+    committed_offsets: Callable[[str, str, int], dict[int, int]],
+    end_offsets: Callable[[str, int], dict[int, int]],
+) -> None:
+    topic = topic_factory(partitions=2)
+    produce(topic, 10, partition=0)
+    produce(topic, 10, partition=1, start=10)
+    good = journal.handler()
+
+    def handle(record: Record) -> None:
+        _poison(4)(record)
+        good(record)
+
+    config = consumer_config(
+        topic, on_failure="stop-partition", retry={"max_attempts": 2, "initial_backoff_ms": 10}
+    )
+    consumer = start_consumer(config, handle)
+    wait_until(lambda: journal.count() >= 14, 30, "partition 1 and partition 0 up to the poison")
+    wait_until(
+        lambda: committed_offsets(config.group_id, topic, 2) == {0: 4, 1: 10},
+        30,
+        "commits up to the poison record and all of partition 1",
+    )
+
+    time.sleep(0.5)
+    assert sorted(journal.numbers()) == [0, 1, 2, 3, *range(10, 20)]
+    stopped = consumer.snapshot()["partitions"][f"{topic}[0]"]["stopped"]
+    assert stopped is not None
+    assert "cannot bill record 4" in stopped
+
+
+def test_a_broker_restart_during_consumption_loses_nothing(
+    kafka_broker: kafka_infra.KafkaBroker,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    consumer_config: ConfigFactory,
+    start_consumer: Start,
+    journal: Journal,
+) -> None:
+    topic = topic_factory(partitions=3)
+    produce(topic, 3_000)
+    start_consumer(consumer_config(topic, concurrency=3), journal.handler(delay=lambda r: 0.001))
+    wait_until(lambda: journal.count() >= 500, 60, "500 records before the restart")
+
+    kafka_broker.stop()
+    time.sleep(2)
+    kafka_broker.start()
+    wait_until(lambda: len(journal.numbers()) >= 3_000, 120, "all 3,000 after the restart")
+
+    assert sorted(journal.numbers()) == list(range(3_000))
+
+
+@pytest.fixture
+def worker(kafka: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """``worker(topic, group, out, *flags, delay=0.0)``: a real ``kafleet worker`` process."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        topic: str, group: str, out: Path, *flags: str, delay: float = 0.0
+    ) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "KAFLEET_TEST_OUT": str(out),
+            "KAFLEET_TEST_DELAY": str(delay),
+            "PYTHONPATH": str(REPO),
+        }
+        cmd = [
+            sys.executable,
+            "-m",
+            "kafleet",
+            "worker",
+            "--bootstrap-servers",
+            kafka,
+            "--group-id",
+            group,
+            "--topics",
+            topic,
+            "--concurrency",
+            "3",
+            "--commit-interval-ms",
+            "200",
+            "--handler",
+            "tests.consumer.handlers:append_number",
+            *flags,
+        ]
+        log = open(tmp_path / f"worker-{len(started)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _finished(out: Path) -> Counter[int]:
+    if not out.exists():
+        return Counter()
+    return Counter(int(line.split()[2]) for line in out.read_text().splitlines() if line)
+
+
+def test_a_worker_killed_with_sigkill_and_restarted_loses_nothing(
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    group_id: Callable[[], str],
+    worker: Callable[..., subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    topic, group, out = topic_factory(partitions=3), group_id(), tmp_path / "done.txt"
+    produce(topic, 1_500)
+
+    first = worker(topic, group, out, delay=0.002)
+    wait_until(lambda: len(_finished(out)) >= 300, 60, "300 records before the kill")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    worker(topic, group, out, delay=0.0)
+    wait_until(lambda: len(_finished(out)) >= 1_500, 120, "every record after the restart")
+
+    assert sorted(_finished(out)) == list(range(1_500))
+
+
+def test_sigterm_drains_commits_what_was_done_and_exits_zero(
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    group_id: Callable[[], str],
+    worker: Callable[..., subprocess.Popen[bytes]],
+    tmp_path: Path,
+    committed_offsets: Callable[[str, str, int], dict[int, int]],
+) -> None:
+    topic, group, out = topic_factory(partitions=3), group_id(), tmp_path / "done.txt"
+    produce(topic, 3_000)
+
+    proc = worker(
+        topic, group, out, "--queue.max-records", "20", "--max-poll-records", "10", delay=0.02
+    )
+    wait_until(lambda: len(_finished(out)) >= 100, 60, "100 records before SIGTERM")
+    proc.send_signal(signal.SIGTERM)
+
+    assert proc.wait(timeout=60) == 0
+    done = [line.split() for line in out.read_text().splitlines()]
+    assert len(done) < 3_000  # it stopped taking records
+    assert len({n for _, _, n in done}) == len(done)
+    per_partition = Counter(int(p) for p, _, _ in done)
+    committed = committed_offsets(group, topic, 3)
+    for partition, count in per_partition.items():
+        assert committed[partition] == count  # everything done, and nothing more, committed
