@@ -26,7 +26,8 @@ class PartitionOffsets:
     """The records of one partition between hand-off and done, in offset order."""
 
     next_offset: int | None = None  # one past the last record added
-    committed: int | None = None  # the last offset committed (or known committed)
+    committed: int | None = None  # the highest offset the broker acknowledged
+    sent: int | None = None  # the last offset handed to a commit
     _pending: deque[int] = field(default_factory=deque)  # offsets added, in order, not popped
     _open: set[int] = field(default_factory=set)  # offsets added and not yet done
 
@@ -57,10 +58,17 @@ class PartitionOffsets:
             return self._pending[0]
         return self.next_offset
 
+    def mark_sent(self, offset: int) -> None:
+        """A commit of ``offset`` is being sent: it must never be below an earlier one."""
+        if self.sent is not None and offset < self.sent:
+            raise OffsetError(f"commit of {offset} would move back from {self.sent}")
+        self.sent = offset
+
     def mark_committed(self, offset: int) -> None:
-        if self.committed is not None and offset < self.committed:
-            raise OffsetError(f"commit of {offset} would move back from {self.committed}")
-        self.committed = offset
+        """The broker acknowledged ``offset``. Acknowledgements of asynchronous commits may
+        arrive out of order (after a broker restart, say), so an older one changes nothing."""
+        if self.committed is None or offset > self.committed:
+            self.committed = offset
 
 
 class OffsetTracker:
@@ -95,7 +103,8 @@ class OffsetTracker:
     def to_commit(
         self, partitions: set[TopicPartitionKey] | None = None
     ) -> dict[TopicPartitionKey, int]:
-        """Each partition's committable offset where it is ahead of what was committed."""
+        """Each partition's committable offset where it is ahead of what the broker
+        acknowledged; they are noted as sent (a commit that failed is sent again later)."""
         with self._lock:
             chosen = (
                 self._partitions
@@ -106,6 +115,7 @@ class OffsetTracker:
             for tp, part in chosen.items():
                 offset = part.committable()
                 if offset is not None and (part.committed is None or offset > part.committed):
+                    part.mark_sent(offset)
                     result[tp] = offset
             return result
 

@@ -80,9 +80,27 @@ def test_marking_a_record_done_twice_or_one_never_added_raises() -> None:
 
 def test_a_commit_that_would_move_backwards_raises() -> None:
     part = PartitionOffsets()
-    part.mark_committed(10)
+    part.mark_sent(10)
     with pytest.raises(OffsetError, match="move back"):
-        part.mark_committed(9)
+        part.mark_sent(9)
+
+
+def test_acknowledgements_arriving_out_of_order_never_move_the_committed_offset_back() -> None:
+    part = PartitionOffsets()
+    part.mark_committed(1002)
+    part.mark_committed(891)  # an older asynchronous commit, acknowledged late
+
+    assert part.committed == 1002
+
+
+def test_a_commit_that_was_not_acknowledged_is_offered_again() -> None:
+    tracker = OffsetTracker()
+    tracker.assign(TP)
+    tracker.add(TP, 0)
+    tracker.done(TP, 0)
+
+    assert tracker.to_commit() == {TP: 1}
+    assert tracker.to_commit() == {TP: 1}  # no acknowledgement yet: send it again
 
 
 def test_the_tracker_offers_only_partitions_ahead_of_their_last_commit() -> None:
