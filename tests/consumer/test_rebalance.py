@@ -58,8 +58,9 @@ def test_a_second_worker_joining_mid_stream_loses_and_duplicates_nothing_and_kep
     first_stats, second_stats = first.snapshot(), second.snapshot()
     revokes = first.stats.revokes
     assert revokes, "the first worker never gave up a partition"
-    started, seconds, revoked = revokes[0]
-    assert seconds >= 1.0  # it waited for the in-flight record of a revoked partition
+    # KIP-848 may revoke in several steps; look at the revoke that waited longest.
+    started, seconds, revoked = max(revokes, key=lambda revoke: revoke[1])
+    assert seconds >= 1.0, f"no revoke waited for in-flight work: {list(revokes)}"
     kept = set(first.poller.assignment)
     assert kept, "the first worker kept no partition"
     assert {e.partition for e in entries if e.worker == "second"}
@@ -70,7 +71,9 @@ def test_a_second_worker_joining_mid_stream_loses_and_duplicates_nothing_and_kep
         and (topic, e.partition) in kept
         and started <= e.ended <= started + seconds
     ]
-    assert len(flowing) >= 10, "kept partitions stalled while the revoke drained"
+    assert len(flowing) >= 10, (
+        f"kept partitions stalled while {revoked} drained for {seconds:.2f} s"
+    )
     assert first_stats["partitions_lost_total"] == 0
     assert second_stats["partitions_lost_total"] == 0
     assert not set(revoked) & kept
@@ -83,6 +86,7 @@ def test_a_stopped_worker_hands_its_partitions_over_with_their_offsets_committed
     start_consumer: Start,
     journal: Journal,
     committed_offsets: Callable[[str, str, int], dict[int, int]],
+    end_offsets: Callable[[str, int], dict[int, int]],
 ) -> None:
     topic = topic_factory(partitions=3)
     produce(topic, 600)
@@ -96,7 +100,4 @@ def test_a_stopped_worker_hands_its_partitions_over_with_their_offsets_committed
     second.close(grace_s=10)
 
     assert [n for n, c in journal.numbers().items() if c > 1] == []
-    assert (
-        committed_offsets(config.group_id, topic, 3) == {0: 200, 1: 200, 2: 200}
-        or sum(committed_offsets(config.group_id, topic, 3).values()) == 600
-    )
+    assert committed_offsets(config.group_id, topic, 3) == end_offsets(topic, 3)
