@@ -62,14 +62,14 @@ class QueueBounds(BaseModel):
     model_config = _Strict
 
     max_records: int = Field(
-        1000,
+        5000,
         ge=1,
         le=1_000_000,
         description="records; the partition is "
         "paused when its queue holds this many (the high mark)",
     )
     max_bytes: int = Field(
-        16 * 1024 * 1024,
+        8 * 1024 * 1024,
         ge=1024,
         description="bytes of keys and values; also pauses the partition when reached",
     )
@@ -290,8 +290,14 @@ class ConsumerConfig(BaseSettings):
             "enable.auto.offset.store": False,
             "auto.offset.reset": self.auto_offset_reset,
             "max.poll.interval.ms": self.max_poll_interval_ms,
-            # Paused partitions drop their prefetched data; keep the prefetch modest.
+            # kafleet's queues hold the backlog, so librdkafka's prefetch need only cover about
+            # one queue per partition (its default, 100,000 messages, is what pause() throws
+            # away). And when a prefetch threshold is passed, librdkafka waits
+            # fetch.queue.backoff.ms (1 s by default) before fetching that partition again,
+            # which after a pause/resume stalls the partition: keep that wait short.
+            "queued.min.messages": self.queue.max_records,
             "queued.max.messages.kbytes": 16384,
+            "fetch.queue.backoff.ms": 20,
             "fetch.max.bytes": 16 * 1024 * 1024,
             **self.security.properties(),
         }

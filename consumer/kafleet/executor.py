@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[Record], Any] | Callable[[Record], Awaitable[Any]]
 ResultSink = Callable[[Record, Any], None]
+MAX_RUN = 256  # records one thread takes at once, at most (fast handlers)
+RUN_BUDGET_S = 0.002  # the handler time one run aims at
 
 
 class Executor:
@@ -58,6 +60,7 @@ class Executor:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._latency = 1.0  # seconds; runs of one record until handlers prove fast
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -95,16 +98,37 @@ class Executor:
 
     def _work(self) -> None:
         while not self._stop.is_set():
-            record = self.queues.take(timeout=0.2)
-            if record is None:
-                continue
+            run = self.queues.take(timeout=0.2, max_run=self._run_length())
+            finished: list[Record] = []
             try:
-                self._run_sync(record)
-            except Exception as exc:  # a bug in kafleet: report it, keep the thread
-                log.exception("internal error while finishing %s", record)
-                self.stats.fatal_error = f"internal error on {record}: {exc!r}"
+                for i, record in enumerate(run):
+                    if i and not self.queues.is_open(record.tp):
+                        self.queues.complete_many(run[i:])  # revoked or stopped mid-run
+                        break
+                    if self._run_guarded(record):
+                        finished.append(record)
+            finally:
+                self._finish_many(finished)
+                if run:
+                    self.queues.release()
 
-    def _run_sync(self, record: Record) -> None:
+    def _run_length(self) -> int:
+        """Records per run: about RUN_BUDGET_S of work at the handlers' recent latency, so a
+        fast handler pays for the hand-off once per run and a slow one runs one per thread."""
+        return max(1, min(MAX_RUN, int(RUN_BUDGET_S / max(self._latency, 1e-7))))
+
+    def _run_guarded(self, record: Record) -> bool:
+        try:
+            return self._run_sync(record)
+        except Exception as exc:  # a bug in kafleet: report it, keep the thread
+            log.exception("internal error while finishing %s", record)
+            self.stats.fatal_error = f"internal error on {record}: {exc!r}"
+            self.queues.complete(record)
+            return False
+
+    def _run_sync(self, record: Record) -> bool:
+        """Attempt the record; True if it is done (handled or dead-lettered) and must be
+        finished, False if it was handed back already (stopped, or shutting down)."""
         attempt = 0
         started = time.monotonic()
         while True:
@@ -114,21 +138,25 @@ class Executor:
             except Exception as exc:  # noqa: BLE001 - any handler failure goes to the policy
                 if self._retry_after(record, attempt, exc):
                     continue
-                self._give_up(record, attempt, exc)
-                return
+                return self._give_up(record, attempt, exc)
             self._succeeded(record, result, time.monotonic() - started)
-            return
+            return True
 
     # -- coroutines -----------------------------------------------------------------------
 
     def _feed_loop(self) -> None:
         assert self._loop is not None
         while not self._stop.is_set():
-            record = self.queues.take(timeout=0.2)
-            if record is not None:
+            for record in self.queues.take(timeout=0.2):
                 asyncio.run_coroutine_threadsafe(self._run_async(record), self._loop)
 
     async def _run_async(self, record: Record) -> None:
+        try:
+            await self._attempt_async(record)
+        finally:
+            self.queues.release()
+
+    async def _attempt_async(self, record: Record) -> None:
         attempt = 0
         started = time.monotonic()
         while True:
@@ -140,9 +168,11 @@ class Executor:
                 if delay is not None:
                     await asyncio.sleep(delay)
                     continue
-                await asyncio.to_thread(self._give_up, record, attempt, exc)
+                if await asyncio.to_thread(self._give_up, record, attempt, exc):
+                    self._finish_many([record])
                 return
             self._succeeded(record, result, time.monotonic() - started)
+            self._finish_many([record])
             return
 
     # -- shared outcome handling ----------------------------------------------------------
@@ -171,23 +201,27 @@ class Executor:
 
     def _succeeded(self, record: Record, result: Any, seconds: float) -> None:
         self.stats.observe_latency(seconds)
+        self._latency += (seconds - self._latency) * 0.05  # a moving average, racy but harmless
         if self.on_result is not None and result is not None:
             self.on_result(record, result)
-        self._finish(record)
 
-    def _finish(self, record: Record) -> None:
+    def _finish_many(self, records: list[Record]) -> None:
         """Done: the offset tracker learns it, then the queues (see WorkQueues.complete).
-        At most once, the Poller marked it done before it ran."""
+        At most once, the Poller marked them done before they ran."""
         if self.config.guarantee == "at-most-once":
-            self.queues.complete(record)
+            self.queues.complete_many(records)
         else:
-            self.queues.complete(record, lambda: self.offsets.done(record.tp, record.offset))
+            self.queues.complete_many(
+                records, lambda current: self.offsets.done_many([(r.tp, r.offset) for r in current])
+            )
 
-    def _give_up(self, record: Record, attempts: int, exc: Exception) -> None:
+    def _give_up(self, record: Record, attempts: int, exc: Exception) -> bool:
+        """After the last attempt: True if dead-lettered (to be finished as done); False if
+        the record was handed back undone (shutting down, or its partition stopped)."""
         error = HandlerError(record.topic, record.partition, record.offset, attempts, exc)
         if self._stop.is_set():  # shutting down: leave it undone, it is retried after restart
             self.queues.complete(record)
-            return
+            return False
         if self.config.on_failure == "dead-letter" and self.dead_letters is not None:
             try:
                 headers = dead_letter_headers(record, exc, attempts, self.config.group_id)
@@ -202,11 +236,10 @@ class Executor:
                 )
                 self.queues.stop_partition(record.tp, f"{error}; dead-lettering failed: {dlt_exc}")
                 self.queues.complete(record)
-                return
+                return False
             log.error("%s; sent to %s", error, self.dead_letters.topic)
             self.stats.add(dead_lettered=1)
-            self._finish(record)
-            return
+            return True
         log.error(
             "%s; stopping %s[%d] (on_failure: stop-partition)",
             error,
@@ -215,3 +248,4 @@ class Executor:
         )
         self.queues.stop_partition(record.tp, str(error))
         self.queues.complete(record)
+        return False

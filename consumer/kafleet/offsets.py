@@ -91,6 +91,12 @@ class OffsetTracker:
         with self._lock:
             self._partitions[tp].add(offset)
 
+    def add_many(self, records: list[tuple[TopicPartitionKey, int]]) -> None:
+        """``add`` for a poll's worth of (partition, offset) pairs, under one lock."""
+        with self._lock:
+            for tp, offset in records:
+                self._partitions[tp].add(offset)
+
     def done(self, tp: TopicPartitionKey, offset: int) -> bool:
         """Mark a record done; False if its partition is no longer tracked (revoked or lost)."""
         with self._lock:
@@ -99,6 +105,14 @@ class OffsetTracker:
                 return False
             partition.done(offset)
             return True
+
+    def done_many(self, records: list[tuple[TopicPartitionKey, int]]) -> None:
+        """``done`` for several (partition, offset) pairs under one lock."""
+        with self._lock:
+            for tp, offset in records:
+                partition = self._partitions.get(tp)
+                if partition is not None:
+                    partition.done(offset)
 
     def to_commit(
         self, partitions: set[TopicPartitionKey] | None = None

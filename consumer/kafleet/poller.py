@@ -122,7 +122,8 @@ class Poller:
 
     def _poll_once(self) -> None:
         assert self._consumer is not None
-        pause, resume = self.queues.transitions()
+        headroom = min(self.max_poll_records, self.config.queue.max_records // 2)
+        pause, resume = self.queues.transitions(headroom)
         if not self._closing:
             self._pause(pause)
             self._resume(resume)
@@ -135,7 +136,11 @@ class Poller:
             if not self._closing:
                 time.sleep(timeout)
         else:
-            messages = self._consumer.consume(num_messages=want, timeout=timeout)
+            # consume(n, t) waits until it has n messages or t passed; take what is there now,
+            # and when nothing is, wait for the first record only, not for a full batch.
+            messages = self._consumer.consume(num_messages=want, timeout=0)
+            if not messages:
+                messages = self._consumer.consume(num_messages=1, timeout=timeout)
         self.stats.polled()
         if messages:
             self._hand_over(messages)
@@ -149,10 +154,9 @@ class Poller:
                 self._on_error(err)
                 continue
             record = Record.from_message(msg)
-            if record.tp not in self._assigned:
-                continue
-            self.offsets.add(record.tp, record.offset)
-            records.append(record)
+            if record.tp in self._assigned:
+                records.append(record)
+        self.offsets.add_many([(record.tp, record.offset) for record in records])
         if self.config.guarantee == "at-most-once" and records:
             for record in records:  # committed before any handler runs: done as far as
                 self.offsets.done(record.tp, record.offset)  # offsets are concerned

@@ -65,7 +65,8 @@ class WorkQueues:
         self._idle = threading.Condition(self._lock)  # in-flight records finished
         self._partitions: dict[TP, _Partition] = {}
         self._ready: deque[_Lane] = deque()
-        self._in_flight = 0
+        self._in_flight = 0  # records taken and not completed
+        self._busy = 0  # runs taken and not released: what the concurrency limit counts
         self._closed = False
 
     # -- the Poller's side -----------------------------------------------------------------
@@ -148,10 +149,16 @@ class WorkQueues:
             ]
         return max(0, min([max_poll_records, *room]))
 
-    def transitions(self) -> tuple[list[TP], list[TP]]:
-        """Partitions to pause (a bound reached) and to resume (both under the low mark)."""
+    def transitions(self, headroom: int = 0) -> tuple[list[TP], list[TP]]:
+        """Partitions to pause (a bound reached) and to resume (both under the low mark).
+
+        ``headroom`` (the Poller passes what one poll may bring, up to half the bound) moves
+        the high mark down: a queue is paused while it can still take a whole poll, so the
+        fullest unpaused queue never shrinks every poll to a trickle.
+        """
         pause, resume = [], []
-        low_records = self.bounds.max_records * self.bounds.resume_at
+        high_records = self.bounds.max_records - min(headroom, self.bounds.max_records // 2)
+        low_records = high_records * self.bounds.resume_at
         low_bytes = self.bounds.max_bytes * self.bounds.resume_at
         with self._lock:
             for tp, p in self._partitions.items():
@@ -160,9 +167,7 @@ class WorkQueues:
                     pause.append(tp)
                 if p.closed:
                     continue
-                full = (
-                    p.queued >= self.bounds.max_records or p.queued_bytes >= self.bounds.max_bytes
-                )
+                full = p.queued >= high_records or p.queued_bytes >= self.bounds.max_bytes
                 if not p.paused and full:
                     p.paused = True
                     pause.append(tp)
@@ -173,41 +178,62 @@ class WorkQueues:
 
     # -- the Executor's side ---------------------------------------------------------------
 
-    def take(self, timeout: float) -> Record | None:
-        """The next record to run, round-robin over ready lanes; None after ``timeout``."""
+    def take(self, timeout: float, max_run: int = 1) -> list[Record]:
+        """The next run of records to handle one after another: up to ``max_run`` consecutive
+        records of one lane, the lanes served round-robin. Empty after ``timeout``.
+
+        Every run taken must be given back with :meth:`release` once handled; the concurrency
+        limit counts runs. A run of an ordered lane keeps its order (the lane could not run
+        them side by side anyway); the Executor asks for runs longer than 1 only when
+        handlers are fast, so slow handlers still spread one record per thread.
+        """
         deadline = time.monotonic() + timeout
         with self._lock:
             while True:
                 if self._closed:
-                    return None
-                if self._in_flight < self._concurrency:
-                    record = self._take_locked()
-                    if record is not None:
-                        return record
+                    return []
+                if self._busy < self._concurrency:
+                    run = self._take_locked(max_run)
+                    if run:
+                        return run
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return None
+                    return []
                 self._work.wait(remaining)
 
-    def _take_locked(self) -> Record | None:
+    def _take_locked(self, max_run: int) -> list[Record]:
         while self._ready:
             lane = self._ready.popleft()
             lane.in_ready = False
             part = self._partitions.get(lane.key[:2])
             if part is None or part.closed or not lane.ready:
                 continue
-            record = lane.records.popleft()
-            lane.in_flight += 1
-            part.queued -= 1
-            part.queued_bytes -= record.size
-            part.in_flight += 1
-            part.started[record.offset] = time.monotonic()
-            self._in_flight += 1
+            now = time.monotonic()
+            run = [lane.records.popleft() for _ in range(min(max_run, len(lane.records)))]
+            for record in run:
+                part.queued_bytes -= record.size
+                part.started[record.offset] = now
+            part.queued -= len(run)
+            part.in_flight += len(run)
+            lane.in_flight += len(run)
+            self._in_flight += len(run)
+            self._busy += 1
             if lane.ready:  # more of this lane may run (unordered): back of the line
                 lane.in_ready = True
                 self._ready.append(lane)
-            return record
-        return None
+            return run
+        return []
+
+    def release(self) -> None:
+        """A run taken with :meth:`take` is over: its thread is free for another."""
+        with self._lock:
+            self._busy -= 1
+            self._work.notify()
+
+    def is_open(self, tp: TP) -> bool:
+        """Whether records of ``tp`` may still run (not revoked, lost or stopped)."""
+        part = self._partitions.get(tp)
+        return part is not None and not part.closed
 
     def complete(self, record: Record, mark_done: Callable[[], object] | None = None) -> None:
         """A taken record is finished (done, dead-lettered, or abandoned).
@@ -216,34 +242,46 @@ class WorkQueues:
         record still belongs to its partition's current assignment: a record that outlived a
         revoke (and maybe a new assignment of the same partition) is not counted twice.
         """
+        self.complete_many([record], None if mark_done is None else lambda _: mark_done())
+
+    def complete_many(
+        self, records: list[Record], mark_done: Callable[[list[Record]], object] | None = None
+    ) -> None:
+        """:meth:`complete` for several records under one lock; ``mark_done`` gets those that
+        still belong to their partition's current assignment."""
+        if not records:
+            return
         with self._lock:
-            self._in_flight -= 1
-            part = self._partitions.get(record.tp)
-            if part is not None and record.offset not in part.started:
-                part = None  # taken under an earlier assignment of this partition
-            if part is not None:
-                if mark_done is not None:
-                    mark_done()
-                part.in_flight -= 1
-                part.started.pop(record.offset, None)
-                key: LaneKey = (
-                    (record.topic, record.partition, record.key)
-                    if self.ordering == "key"
-                    else record.tp
-                )
-                lane = part.lanes.get(key)
-                if lane is not None:
-                    lane.in_flight -= 1
-                    if lane.ready and not lane.in_ready and not part.closed:
-                        lane.in_ready = True
-                        self._ready.append(lane)
-                    elif not lane.records and not lane.in_flight and self.ordering == "key":
-                        del part.lanes[key]  # keys come and go; do not keep empty lanes
-                if part.closed and not part.in_flight:
-                    self._idle.notify_all()
+            current = [r for r in records if self._current(r)]
+            if mark_done is not None and current:
+                mark_done(current)
+            self._in_flight -= len(records)
+            for record in current:
+                self._completed_locked(record)
             if self._closed and not self._in_flight:
                 self._idle.notify_all()
-            self._work.notify()
+
+    def _current(self, record: Record) -> bool:
+        part = self._partitions.get(record.tp)
+        return part is not None and record.offset in part.started
+
+    def _completed_locked(self, record: Record) -> None:
+        part = self._partitions[record.tp]
+        part.in_flight -= 1
+        del part.started[record.offset]
+        key: LaneKey = (
+            (record.topic, record.partition, record.key) if self.ordering == "key" else record.tp
+        )
+        lane = part.lanes.get(key)
+        if lane is not None:
+            lane.in_flight -= 1
+            if lane.ready and not lane.in_ready and not part.closed:
+                lane.in_ready = True
+                self._ready.append(lane)
+            elif not lane.records and not lane.in_flight and self.ordering == "key":
+                del part.lanes[key]  # keys come and go; do not keep empty lanes
+        if part.closed and not part.in_flight:
+            self._idle.notify_all()
 
     def stop_partition(self, tp: TP, reason: str) -> None:
         """Stop dispatching a partition for good (its failure policy says stop)."""

@@ -19,10 +19,21 @@ def queues(ordering: str = "partition", concurrency: int = 100, **bounds: float)
 
 
 def take_all(q: WorkQueues) -> list[Record]:
+    """Take runs of one record until nothing more may run."""
     taken = []
-    while (r := q.take(timeout=0)) is not None:
-        taken.append(r)
+    while run := q.take(timeout=0):
+        taken.extend(run)
     return taken
+
+
+def take_one(q: WorkQueues) -> Record:
+    [record] = q.take(timeout=0)
+    return record
+
+
+def finish(q: WorkQueues, record: Record) -> None:
+    q.complete(record)
+    q.release()
 
 
 def test_partition_ordering_runs_one_record_per_partition_at_a_time_in_offset_order() -> None:
@@ -31,7 +42,7 @@ def test_partition_ordering_runs_one_record_per_partition_at_a_time_in_offset_or
 
     first = take_all(q)
     assert [(r.partition, r.offset) for r in first] == [(0, 0), (1, 0)]
-    q.complete(first[0])
+    finish(q, first[0])
     assert [(r.partition, r.offset) for r in take_all(q)] == [(0, 1)]
 
 
@@ -41,7 +52,7 @@ def test_key_ordering_runs_different_keys_of_one_partition_at_once_but_one_per_k
 
     first = take_all(q)
     assert sorted(r.offset for r in first) == [0, 2, 3]
-    q.complete(next(r for r in first if r.offset == 0))
+    finish(q, next(r for r in first if r.offset == 0))
     assert [r.offset for r in take_all(q)] == [1]
 
 
@@ -51,7 +62,7 @@ def test_unordered_runs_everything_up_to_the_concurrency_limit() -> None:
 
     first = take_all(q)
     assert len(first) == 3
-    q.complete(first[0])
+    finish(q, first[0])
     assert len(take_all(q)) == 1
 
 
@@ -83,13 +94,9 @@ def test_a_partition_is_paused_at_its_record_bound_and_resumed_at_the_low_mark()
     assert q.transitions() == ([("t", 0)], [])
     assert q.transitions() == ([], [])  # reported once
     for _ in range(4):
-        r = q.take(timeout=0)
-        assert r is not None
-        q.complete(r)
+        finish(q, take_one(q))
     assert q.transitions() == ([], [])  # 6 queued: still above the low mark of 5
-    r = q.take(timeout=0)
-    assert r is not None
-    q.complete(r)
+    finish(q, take_one(q))
     assert q.transitions() == ([], [("t", 0)])
 
 
@@ -114,24 +121,22 @@ def test_a_poll_never_takes_more_than_the_fullest_unpaused_queue_can_hold() -> N
 def test_closing_a_partition_drops_its_queue_and_dispatches_nothing_more_from_it() -> None:
     q = queues("partition")
     q.push([rec(0, i) for i in range(5)] + [rec(1, 0)])
-    in_flight = q.take(timeout=0)
+    in_flight = take_one(q)
 
     dropped = q.close_partitions([("t", 0)])
 
     assert dropped == 4
-    assert in_flight is not None
     assert in_flight.partition == 0
     assert [r.partition for r in take_all(q)] == [1]
     assert q.wait_idle([("t", 0)], timeout=0) is False
-    q.complete(in_flight)
+    finish(q, in_flight)
     assert q.wait_idle([("t", 0)], timeout=0) is True
 
 
 def test_a_record_that_outlived_its_partitions_assignment_is_not_counted_again() -> None:
     q = queues("partition")
     q.push([rec(0, 0)])
-    stale = q.take(timeout=0)
-    assert stale is not None
+    stale = take_one(q)
     q.close_partitions([("t", 0)])
     q.remove([("t", 0)])
     q.assign([("t", 0)])  # assigned again, with a record of the same offset
@@ -139,6 +144,7 @@ def test_a_record_that_outlived_its_partitions_assignment_is_not_counted_again()
     marked: list[Record] = []
 
     q.complete(stale, lambda: marked.append(stale))
+    q.release()
 
     assert marked == []
     assert [r.offset for r in take_all(q)] == [0]
@@ -152,3 +158,19 @@ def test_a_stopped_partition_is_paused_and_dispatches_nothing_more() -> None:
     assert q.transitions() == ([("t", 2)], [])
     assert take_all(q) == []
     assert q.snapshot()[("t", 2)]["stopped"] == "poison"
+
+
+def test_a_run_takes_consecutive_records_of_one_lane_and_the_limit_counts_runs() -> None:
+    q = queues("partition", concurrency=2)
+    q.push([rec(0, i) for i in range(10)] + [rec(1, i) for i in range(10)])
+
+    first = q.take(timeout=0, max_run=4)
+    second = q.take(timeout=0, max_run=4)
+
+    assert [(r.partition, r.offset) for r in first] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert [(r.partition, r.offset) for r in second] == [(1, 0), (1, 1), (1, 2), (1, 3)]
+    assert q.take(timeout=0, max_run=4) == []  # two runs out: the limit of 2 is reached
+    for record in first:
+        q.complete(record)
+    q.release()
+    assert [r.offset for r in q.take(timeout=0, max_run=4)] == [4, 5, 6, 7]
