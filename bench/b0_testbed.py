@@ -7,38 +7,14 @@ overhead with this same raw loop.
 
 from __future__ import annotations
 
-import time
 import uuid
 
-from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.harness import Context, Table
+from bench.harness import Context, Table, time_poll_then_process
 from tests.infra.records import produce_numbered
 
 PARTITIONS = 12
-
-
-def raw_consume(bootstrap: str, topic: str, count: int) -> float:
-    """Seconds for a fresh group to read ``count`` records with the plain consume() loop."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"b0-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    got, started = 0, None
-    while got < count:
-        batch = consumer.consume(num_messages=1000, timeout=1.0)
-        if batch and started is None:
-            started = time.monotonic()
-        got += sum(1 for m in batch if m.error() is None)
-    elapsed = time.monotonic() - (started or time.monotonic())
-    consumer.close()
-    return elapsed
 
 
 def run(ctx: Context) -> Table:
@@ -48,7 +24,7 @@ def run(ctx: Context) -> Table:
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(timeout=30)
 
     produced = produce_numbered(ctx.bootstrap, topic, count, keys=10_000, value_size=100)
-    consumed_s = raw_consume(ctx.bootstrap, topic, count)
+    consumed_s = time_poll_then_process(ctx, topic, count)
 
     table = Table(
         "b0",

@@ -1,7 +1,10 @@
 """The benchmark harness: a context with a broker, and the tables that benchmarks return.
 
-Owns: the broker for a run, table rendering (text for people, JSON for comparing runs) and the
-description of the machine a run happened on. Does not own any benchmark's workload.
+Owns: the broker for a run, table rendering (text for people, JSON for comparing runs), the
+description of the machine a run happened on, and the measuring loops the benchmarks share
+(kafleet, the plain ``consume()`` loop and the poll-then-process loop), each timed from the
+first record handled to the last so that group joins do not count. Does not own any
+benchmark's workload.
 """
 
 from __future__ import annotations
@@ -9,9 +12,19 @@ from __future__ import annotations
 import json
 import os
 import platform
+import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafleet import ParallelConsumer, Record, load_config
+from tests.infra.records import produce_numbered
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -82,3 +95,81 @@ def machine() -> str:
         f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()} "
         f"{platform.release()}, Python {platform.python_version()}"
     )
+
+
+def backlog(ctx: Context, partitions: int, count: int, keys: int = 10_000) -> str:
+    """A new topic holding ``count`` records of ~100 bytes."""
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": ctx.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(timeout=30)
+    produce_numbered(ctx.bootstrap, topic, count, keys=keys, value_size=100)
+    return topic
+
+
+def time_kafleet(
+    ctx: Context, topic: str, count: int, handler: Callable[[Record], Any], **fields: Any
+) -> float:
+    """Seconds from the first record handled to the ``count``-th, with a fresh group."""
+    lock = threading.Lock()
+    seen = 0
+    first: float | None = None
+    finished = threading.Event()
+
+    def counted(record: Record) -> None:
+        nonlocal seen, first
+        handler(record)
+        with lock:
+            if first is None:
+                first = time.monotonic()
+            seen += 1
+            if seen >= count:
+                finished.set()
+
+    config = load_config(
+        None,
+        {
+            "bootstrap_servers": ctx.bootstrap,
+            "group_id": f"bench-{uuid.uuid4().hex}",
+            "topics": [topic],
+            **fields,
+        },
+    )
+    consumer = ParallelConsumer(config, counted).start()
+    try:
+        if not finished.wait(timeout=1800):
+            raise RuntimeError(f"kafleet handled {seen} of {count} records in 30 minutes")
+        assert first is not None
+        return time.monotonic() - first
+    finally:
+        consumer.close(grace_s=5)
+
+
+def time_poll_then_process(
+    ctx: Context, topic: str, count: int, handler: Callable[[Any], Any] | None = None
+) -> float:
+    """The usual loop: consume a batch, handle it record by record, repeat. With no handler,
+    the plain consume() loop (the ceiling). Timed from the first record to the ``count``-th."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ctx.bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+        }
+    )
+    consumer.subscribe([topic])
+    seen, first = 0, None
+    try:
+        while seen < count:
+            for msg in consumer.consume(num_messages=500, timeout=1.0):
+                if msg.error() is not None:
+                    continue
+                if first is None:
+                    first = time.monotonic()
+                if handler is not None:
+                    handler(msg)
+                seen += 1
+        assert first is not None
+        return time.monotonic() - first
+    finally:
+        consumer.close()
