@@ -93,8 +93,9 @@ k8s-down: venv ## Stop the development control plane.
 ##@ Demo
 
 .PHONY: demo
-demo: kafka-up ## Start a broker, produce a few records and consume them back.
+demo: kafka-up ## Start a broker, round-trip a few records, then bill slow orders in parallel.
 	$(PY) examples/roundtrip.py --bootstrap-servers "$$($(KAFKA) status)"
+	$(PY) examples/demo.py --bootstrap-servers "$$($(KAFKA) status)"
 
 ##@ Clean up
 

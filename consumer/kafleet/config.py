@@ -105,14 +105,20 @@ class Security(BaseModel):
 
     model_config = _Strict
 
-    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="librdkafka's security.protocol"
+    )
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
     sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
+    sasl_password: SecretStr | None = Field(
+        None, description="secret: set it as KAFLEET_SECURITY__SASL_PASSWORD; masked when printed"
+    )
     ssl_ca_location: str | None = None
     ssl_certificate_location: str | None = None
     ssl_key_location: str | None = None
-    ssl_key_password: SecretStr | None = None
+    ssl_key_password: SecretStr | None = Field(
+        None, description="secret: KAFLEET_SECURITY__SSL_KEY_PASSWORD; masked when printed"
+    )
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> Security:
@@ -163,14 +169,22 @@ class ConsumerConfig(BaseSettings):
         default_factory=list, description="topics to consume (or topic_pattern)"
     )
     topic_pattern: str | None = Field(None, description="a regular expression of topic names")
-    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        "earliest", description="where a group with no committed offset starts"
+    )
     max_poll_records: int = Field(
         500, ge=1, le=100_000, description="records taken per poll at most (KIP-41); tunable live"
     )
     poll_interval_ms: int = Field(
         50, ge=1, le=1000, description="the Poller's cadence: the longest it waits in one poll"
     )
-    max_poll_interval_ms: int = Field(300_000, ge=1_000, le=86_400_000)
+    max_poll_interval_ms: int = Field(
+        300_000,
+        ge=1_000,
+        le=86_400_000,
+        description="librdkafka's limit between polls; kafleet polls every poll_interval_ms "
+        "whatever the handlers do",
+    )
     session_timeout_ms: int = Field(45_000, ge=1_000, le=3_600_000, description="classic only")
     group_protocol: GroupProtocol = Field(
         "classic", description="classic (cooperative-sticky) or consumer (KIP-848)"
@@ -196,8 +210,14 @@ class ConsumerConfig(BaseSettings):
         gt=0,
         description="a record in a handler longer than this makes the worker unhealthy (KIP-62)",
     )
-    guarantee: Guarantee = "at-least-once"
-    commit_interval_ms: int = Field(1000, ge=10, le=600_000)
+    guarantee: Guarantee = Field(
+        "at-least-once",
+        description="commit after the handler (at-least-once), before it (at-most-once), or "
+        "with the sink's output (exactly-once; needs an offset store)",
+    )
+    commit_interval_ms: int = Field(
+        1000, ge=10, le=600_000, description="how often done offsets are committed"
+    )
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     on_failure: OnFailure = Field(
         "dead-letter",
@@ -295,10 +315,13 @@ class ConsumerConfig(BaseSettings):
             # away). And when a prefetch threshold is passed, librdkafka waits
             # fetch.queue.backoff.ms (1 s by default) before fetching that partition again,
             # which after a pause/resume stalls the partition: keep that wait short.
+            # Fetch sizes: librdkafka's (64 MB prefetch, 50 MB fetches) were most of a worker's
+            # memory in benchmark B4; these halve it at the same rate (B1).
             "queued.min.messages": self.queue.max_records,
-            "queued.max.messages.kbytes": 16384,
+            "queued.max.messages.kbytes": 2048,
             "fetch.queue.backoff.ms": 20,
-            "fetch.max.bytes": 16 * 1024 * 1024,
+            "fetch.max.bytes": 2 * 1024 * 1024,
+            "max.partition.fetch.bytes": 256 * 1024,
             **self.security.properties(),
         }
         if self.group_protocol == "classic":

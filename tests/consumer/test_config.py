@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kafleet.config import ConsumerConfig, load_config
+from kafleet.config_doc import markdown
 from kafleet.errors import ConfigError
 from kafleet.live_config import config_changes
 
@@ -129,3 +130,10 @@ def test_only_tunable_fields_change_live_and_the_rest_are_named_for_a_restart() 
 
     assert live == {"concurrency": 64, "max_poll_records": 100}
     assert restart == ["ordering"]
+
+
+def test_the_readme_documents_every_configuration_field_as_generated() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+    for row in markdown().splitlines()[2:]:
+        assert row in readme, f"README.md is missing or out of date for: {row[:60]}"

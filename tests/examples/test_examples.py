@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from confluent_kafka import Producer
+
+from tests.conftest import TopicFactory
+from tests.infra.waiting import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -32,3 +39,68 @@ def test_roundtrip_example_prints_every_record_it_produced(kafka: str) -> None:
     assert lines[0] == "produced 7 records to examples-roundtrip (3 partitions)"
     assert sum('"order":' in line for line in lines) == 7
     assert lines[-1] == "consumed 7 of 7 records back"
+
+
+def test_demo_bills_every_order_in_parallel_and_reports_it(kafka: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "demo.py"), "--bootstrap-servers", kafka, "--count", "80"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "billed 80 of 80 orders" in done.stdout
+    assert "healthy: True" in done.stdout
+
+
+def test_the_example_worker_config_bills_orders_and_parks_a_bad_one(
+    kafka: str, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=2)
+    dead = topic_factory(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka})
+    for i in range(20):
+        producer.produce(
+            topic,
+            key=f"c{i % 3}",
+            value=json.dumps({"order": i, "customer": f"c{i % 3}", "amount": i}),
+        )
+    producer.produce(topic, key="c0", value=b"not json")
+    producer.flush(30)
+    log = tmp_path / "worker.log"
+
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kafleet",
+                "worker",
+                "--config",
+                "worker.yaml",
+                "--bootstrap-servers",
+                kafka,
+                "--topics",
+                topic,
+                "--group-id",
+                f"g-{topic}",
+                "--dead-letter-topic",
+                dead,
+                "--retry.initial-backoff-ms",
+                "10",
+            ],
+            cwd=EXAMPLES,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(lambda: log.read_text().count("billed order") >= 20, 60, "20 billed")
+            wait_until(lambda: f"sent to {dead}" in log.read_text(), 60, "the bad record parked")
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            code = worker.wait(timeout=60)
+
+    assert code == 0, log.read_text()[-3000:]
+    assert "stopped cleanly" in log.read_text()
