@@ -129,12 +129,11 @@ class Poller:
             self._resume(resume)
         want = self.queues.poll_capacity(self.max_poll_records)
         timeout = self.config.poll_interval_ms / 1000
-        if want == 0 or self._closing:
-            messages = (
-                self._consumer.consume(num_messages=1, timeout=timeout) if self._closing else []
-            )
-            if not self._closing:
-                time.sleep(timeout)
+        if self._closing:  # everything is paused: poll only to stay in the group
+            messages = self._consumer.consume(num_messages=1, timeout=timeout)
+        elif want == 0:  # a queue is full and about to be paused: nothing may be taken now
+            messages = []
+            time.sleep(timeout)
         else:
             # consume(n, t) waits until it has n messages or t passed; take what is there now,
             # and when nothing is, wait for the first record only, not for a full batch.

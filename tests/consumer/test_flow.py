@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from kafleet import ParallelConsumer, Record
+from kafleet import ParallelConsumer, Record, load_config
 from kafleet.live_config import ConfigWatcher
 from tests.conftest import TopicFactory
 from tests.consumer.conftest import ConfigFactory, Journal
@@ -273,3 +273,26 @@ def test_max_poll_records_and_concurrency_change_live_without_a_rebalance(
     assert snapshot["max_poll_records"] == 50
     wait_until(lambda: journal.count() >= 200, 60, "200 records")
     assert consumer.snapshot()["rebalances"] == 1
+
+
+def test_a_topic_pattern_subscribes_to_every_matching_topic(
+    kafka: str,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    start_consumer: Start,
+    journal: Journal,
+    group_id: Callable[[], str],
+) -> None:
+    first, second = topic_factory(partitions=1), topic_factory(partitions=1)
+    produce(first, 10)
+    produce(second, 10, start=10)
+    shared = first.split("-", 1)[1].rsplit("-", 1)[0]  # the test's name, common to both
+    config = load_config(
+        None,
+        {"bootstrap_servers": kafka, "group_id": group_id(), "topic_pattern": f"t[01]-{shared}-.*"},
+    )
+
+    start_consumer(config, journal.handler())
+
+    wait_until(lambda: journal.count() >= 20, 30, "records of both topics")
+    assert sorted(journal.numbers()) == list(range(20))
