@@ -39,15 +39,16 @@ def test_a_second_worker_joining_mid_stream_loses_and_duplicates_nothing_and_kep
 
     def slow_while_revoking(record: Record) -> float:
         # A revoked partition's in-flight record takes 1.5 s more, so the revoke visibly waits
-        # for it; records of the partitions the first worker keeps take 10 ms as before.
+        # for it; records of the partitions the first worker keeps take 30 ms as before.
         assert first is not None
         part = first.snapshot()["partitions"].get(f"{record.topic}[{record.partition}]", {})
         return 1.5 if part.get("revoking") else 0.0
 
-    handler = journal.handler("first", delay=lambda r: 0.01, then=slow_while_revoking)
+    # 30 ms a record keeps the backlog flowing for about 15 s, well past the rebalance.
+    handler = journal.handler("first", delay=lambda r: 0.03, then=slow_while_revoking)
     first = start_consumer(config, handler)
     wait_until(lambda: journal.count() >= 300, 60, "the first worker to get going")
-    second = start_consumer(config, journal.handler("second", delay=lambda r: 0.01))
+    second = start_consumer(config, journal.handler("second", delay=lambda r: 0.03))
     wait_until(lambda: len(journal.numbers()) >= RECORDS, 120, f"all {RECORDS:,} records")
 
     counts = journal.numbers()

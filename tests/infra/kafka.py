@@ -168,8 +168,11 @@ class KafkaBroker:
             "share.coordinator.state.topic.replication.factor": 1,
             "share.coordinator.state.topic.min.isr": 1,
             "share.coordinator.state.topic.num.partitions": 5,
-            # Fast tests: no wait for more members before the first rebalance.
+            # Fast tests: no wait for more members before the first rebalance, and KIP-848
+            # members heartbeat (and so learn new assignments) every second, not every 5 s.
             "group.initial.rebalance.delay.ms": 0,
+            "group.consumer.heartbeat.interval.ms": 1000,
+            "group.consumer.min.heartbeat.interval.ms": 1000,
             # Tests create their topics explicitly; a typo must not create a new topic silently.
             "auto.create.topics.enable": "false",
             "num.partitions": 1,
