@@ -53,7 +53,7 @@ fmt: venv ## Format the code and apply ruff's safe fixes.
 ##@ Test
 
 .PHONY: test
-test: lint jars k8s-tools ## Set everything up, lint, and run every test against the real test bed.
+test: lint jars k8s-tools prometheus ## Set everything up, lint, and run every test against the real test bed.
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
@@ -73,6 +73,10 @@ kafka-up: venv ## Start a development Kafka broker (reused if running); prints i
 .PHONY: kafka-down
 kafka-down: venv ## Stop the development Kafka broker.
 	$(KAFKA) down
+
+.PHONY: prometheus
+prometheus: venv ## Install Prometheus from Debian's packages if it is missing (needs root).
+	@$(PY) -m tests.infra.prometheus install >/dev/null
 
 .PHONY: k8s-tools
 k8s-tools: venv ## Build etcd, kube-apiserver, controller manager, scheduler, kubectl, helm, kwok (once).

@@ -15,6 +15,9 @@ import functools
 import itertools
 import os
 import re
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ from typing import Protocol
 
 import kubernetes
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes.client import ApiClient
 
@@ -32,6 +36,12 @@ from tests.infra import processes
 from tests.infra.records import ProduceReport, produce_numbered
 
 _broker: kafka_infra.KafkaBroker | None = None
+REPO = Path(__file__).resolve().parents[1]
+COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
 
 
 @pytest.fixture(scope="session")
@@ -139,6 +149,100 @@ def namespace(k8s: K8s, request: pytest.FixtureRequest) -> Iterator[str]:
     k8s.kubectl("create", "namespace", name)
     yield name
     k8s.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def worker(kafka: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """``worker(topic, group, out, *flags, delay=0.0, env={})``: a real ``kafleet worker``
+    process running ``tests/consumer/handlers.py:append_number``; killed after the test."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        topic: str,
+        group: str,
+        out: Path,
+        *flags: str,
+        delay: float = 0.0,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "KAFLEET_TEST_OUT": str(out),
+            "KAFLEET_TEST_DELAY": str(delay),
+            "PYTHONPATH": str(REPO),
+            **(env or {}),
+        }
+        cmd = [
+            sys.executable,
+            "-m",
+            "kafleet",
+            "worker",
+            "--bootstrap-servers",
+            kafka,
+            "--group-id",
+            group,
+            "--topics",
+            topic,
+            "--concurrency",
+            "3",
+            "--commit-interval-ms",
+            "200",
+            "--handler",
+            "tests.consumer.handlers:append_number",
+            *flags,
+        ]
+        log = open(tmp_path / f"worker-{len(started)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def committed_offsets(kafka: str) -> Callable[[str, str, int], dict[int, int]]:
+    """``committed_offsets(group, topic, partitions)``: partition -> committed offset (-1001
+    where nothing is committed), read by a separate client."""
+
+    def read(group: str, topic: str, partitions: int) -> dict[int, int]:
+        reader = Consumer({"bootstrap.servers": kafka, "group.id": group})
+        deadline = time.monotonic() + 20
+        try:
+            while True:
+                try:
+                    tps = reader.committed(
+                        [TopicPartition(topic, p) for p in range(partitions)], 10
+                    )
+                    return {tp.partition: tp.offset for tp in tps}
+                except KafkaException as exc:  # the coordinator may be moving or loading
+                    error = exc.args[0]
+                    transient = error.retriable() or error.code() in COORDINATOR_MOVING
+                    if not transient or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            reader.close()
+
+    return read
+
+
+@pytest.fixture
+def end_offsets(admin: AdminClient, kafka: str) -> Callable[[str, int], dict[int, int]]:
+    def read(topic: str, partitions: int) -> dict[int, int]:
+        reader = Consumer({"bootstrap.servers": kafka, "group.id": "end-offsets-reader"})
+        try:
+            return {
+                p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)
+            }
+        finally:
+            reader.close()
+
+    return read
 
 
 @pytest.hookimpl(wrapper=True)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import confluent_kafka
 
 import kafleet
-from kafleet import worker
+from kafleet import sidecar, worker
 
 
 def _version_text() -> str:
@@ -42,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
             "back-pressured per partition, committing only what is done.",
         )
     )
+    sidecar.add_arguments(
+        commands.add_parser(
+            "sidecar",
+            help="serve a worker's health, readiness and Prometheus metrics",
+            description="The second container of a worker pod: /healthz /readyz /metrics "
+            "/status and POST /tune, from the worker's state file.",
+        )
+    )
     return parser
 
 
@@ -53,5 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "worker":
         return worker.run(args)
+    if args.command == "sidecar":
+        return sidecar.run(args)
     parser.error(f"unknown command {args.command!r}")  # exits with status 2
     return 2

@@ -229,6 +229,20 @@ class ConsumerConfig(BaseSettings):
     )
     security: Security = Field(default_factory=Security)
     handler: str | None = Field(None, description="module:function, for `kafleet worker`")
+    state_file: str | None = Field(
+        None,
+        description="where the worker publishes its state for the sidecar (a file on a volume "
+        "both containers mount); a tuning.json beside it is applied live",
+    )
+    state_interval_ms: int = Field(
+        500, ge=50, le=60_000, description="how often the state file is rewritten"
+    )
+    statistics_interval_ms: int = Field(
+        1000,
+        ge=0,
+        le=600_000,
+        description="librdkafka statistics (log-end offsets for lag); 0 turns them off",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -324,6 +338,8 @@ class ConsumerConfig(BaseSettings):
             "max.partition.fetch.bytes": 256 * 1024,
             **self.security.properties(),
         }
+        if self.statistics_interval_ms:
+            props["statistics.interval.ms"] = self.statistics_interval_ms
         if self.group_protocol == "classic":
             props["partition.assignment.strategy"] = "cooperative-sticky"
             props["session.timeout.ms"] = self.session_timeout_ms

@@ -16,6 +16,7 @@ state snapshot. Thin on purpose: the behaviour lives in the modules it wires.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -26,6 +27,7 @@ from kafleet.executor import Executor, Handler, ResultSink
 from kafleet.offsets import OffsetTracker
 from kafleet.poller import OffsetStore, Poller
 from kafleet.state import Stats, health
+from kafleet.state_file import StatePublisher
 from kafleet.work_queue import WorkQueues
 
 
@@ -61,6 +63,13 @@ class ParallelConsumer:
             handler, config, self.queues, self.offsets, self.stats, self.dead_letters, on_result
         )
         self.poller = Poller(config, self.queues, self.offsets, self.stats, offset_store)
+        self.publisher = (
+            StatePublisher(
+                Path(config.state_file), config.state_interval_ms / 1000, self.snapshot, self.tune
+            )
+            if config.state_file
+            else None
+        )
         self._thread: threading.Thread | None = None
 
     # -- life cycle ------------------------------------------------------------------------
@@ -71,6 +80,8 @@ class ParallelConsumer:
         self.executor.start()
         self._thread = threading.Thread(target=self.poller.run, name="kafleet-poller", daemon=True)
         self._thread.start()
+        if self.publisher is not None:
+            self.publisher.start()
         return self
 
     def stop(self, grace_s: float | None = None) -> None:
@@ -82,6 +93,9 @@ class ParallelConsumer:
         """Block until the consumer has closed; False if ``timeout`` ran out first."""
         if not self.poller.stopped.wait(timeout):
             return False
+        if self.publisher is not None:  # a last write says "stopped"
+            self.publisher.stop()
+            self.publisher = None
         self.executor.stop()
         if self.dead_letters is not None:
             self.dead_letters.close()
@@ -127,13 +141,17 @@ class ParallelConsumer:
         queues = self.queues.snapshot()
         offsets = self.offsets.snapshot()
         partitions = {}
+        log_ends = self.poller.log_ends
         for tp in sorted(set(queues) | set(offsets)):
             committed, committable, in_progress = offsets.get(tp, (None, None, 0))
+            log_end, fetched = log_ends.get(tp, (None, None))
             partitions[f"{tp[0]}[{tp[1]}]"] = {
                 "topic": tp[0],
                 "partition": tp[1],
                 "committed": committed,
                 "position": committable,
+                "log_end": log_end,
+                "fetch_position": fetched if fetched is not None and fetched >= 0 else None,
                 "in_progress": in_progress,
                 **queues.get(
                     tp,
@@ -154,6 +172,9 @@ class ParallelConsumer:
         )
         return {
             "group_id": self.config.group_id,
+            "joined": self.poller.joined,
+            "max_poll_interval_ms": self.config.max_poll_interval_ms,
+            "processing_timeout_s": self.config.processing_timeout_s,
             "assigned": [f"{t}[{p}]" for t, p in self.poller.assignment],
             "partitions": partitions,
             "in_flight": self.queues.in_flight,

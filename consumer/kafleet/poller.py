@@ -18,6 +18,7 @@ Does not own running handlers (``executor.py``) or the wiring (``consumer.py``).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -65,6 +66,10 @@ class Poller:
         self._closing = False
         self.stopped = threading.Event()
         self.error: BaseException | None = None
+        self.joined = False  # an assignment (maybe empty) arrived: the worker is in the group
+        # From librdkafka's statistics: per partition, the log-end offset and fetch position.
+        self.log_ends: dict[TP, tuple[int, int]] = {}
+        self._commit_sent_at: float | None = None
 
     # -- control from other threads ---------------------------------------------------------
 
@@ -87,6 +92,7 @@ class Poller:
                     **self.config.librdkafka(),
                     "on_commit": self._on_commit,
                     "error_cb": self._on_error,
+                    "stats_cb": self._on_statistics,
                 }
             )
             self._subscribe()
@@ -178,11 +184,14 @@ class Poller:
         if not offsets:
             return True
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        started = time.monotonic()
         try:
             if asynchronous:
+                self._commit_sent_at = started
                 self._consumer.commit(offsets=tps, asynchronous=True)
                 return True  # the outcome arrives in _on_commit
             result = self._consumer.commit(offsets=tps, asynchronous=False)
+            self.stats.observe_commit(time.monotonic() - started)
         except KafkaException as exc:
             self.stats.add(commit_failures=1)
             log.warning("commit of %s failed: %s", offsets, exc)
@@ -198,6 +207,20 @@ class Poller:
             return False
         return True
 
+    def _on_statistics(self, raw: str) -> None:
+        """librdkafka's statistics: keep each assigned partition's log end and position."""
+        try:
+            topics = json.loads(raw).get("topics", {})
+        except ValueError:
+            return
+        ends: dict[TP, tuple[int, int]] = {}
+        for topic, info in topics.items():
+            for number, part in info.get("partitions", {}).items():
+                tp = (topic, int(number))
+                if tp in self._assigned and part.get("hi_offset", -1) >= 0:
+                    ends[tp] = (int(part["hi_offset"]), int(part.get("app_offset", -1)))
+        self.log_ends = ends
+
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if err is not None:
             self.stats.add(commit_failures=1)
@@ -207,6 +230,8 @@ class Poller:
             {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.error is None}
         )
         self.stats.add(commits=1)
+        if self._commit_sent_at is not None:
+            self.stats.observe_commit(time.monotonic() - self._commit_sent_at)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -236,6 +261,7 @@ class Poller:
         for tp in tps:
             self.offsets.assign(tp)
         self._assigned.update(tps)
+        self.joined = True
         self.stats.add(assigned=len(tps), rebalances=1)
         log.info("assigned %s", tps)
         if self.offset_store is not None and tps:

@@ -62,6 +62,8 @@ class Stats:
     polls: int = 0
     latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     latency_sum: float = 0.0
+    commit_seconds_sum: float = 0.0
+    commit_seconds_count: int = 0
     started: float = field(default_factory=time.monotonic)
     fatal_error: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -76,6 +78,11 @@ class Stats:
             self.latency_counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
             self.latency_sum += seconds
             self.records_processed += 1
+
+    def observe_commit(self, seconds: float) -> None:
+        with self._lock:
+            self.commit_seconds_sum += seconds
+            self.commit_seconds_count += 1
 
     def observe_revoke(
         self, started: float, seconds: float, tps: list[tuple[str, int]], timed_out: bool
@@ -112,6 +119,11 @@ class Stats:
                     "counts": list(self.latency_counts),
                     "sum": self.latency_sum,
                 },
+                "commit_latency": {
+                    "sum": self.commit_seconds_sum,
+                    "count": self.commit_seconds_count,
+                },
+                "revoke_drain_seconds_sum": sum(seconds for _, seconds, _ in self.revokes),
                 "uptime_seconds": time.monotonic() - self.started,
                 "fatal_error": self.fatal_error,
             }

@@ -1,5 +1,5 @@
 """Fixtures for the consumer's tests against the real broker: configs, running consumers that
-are always closed, a journal of what handlers did, and reading a group's committed offsets."""
+are always closed, a journal of what handlers did, and and the handlers' journal."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from kafleet import ConsumerConfig, ParallelConsumer, Record, load_config
 from tests.infra.records import record_number
@@ -134,43 +132,3 @@ def start_consumer() -> Iterator[Callable[..., ParallelConsumer]]:
         consumer.stop(grace_s=5)
     for consumer in started:
         consumer.wait(timeout=30)
-
-
-@pytest.fixture
-def committed_offsets(kafka: str) -> Callable[[str, str, int], dict[int, int]]:
-    """``committed_offsets(group, topic, partitions)``: partition -> committed offset (-1001
-    where nothing is committed), read by a separate client."""
-
-    def read(group: str, topic: str, partitions: int) -> dict[int, int]:
-        reader = Consumer({"bootstrap.servers": kafka, "group.id": group})
-        deadline = time.monotonic() + 20
-        try:
-            while True:
-                try:
-                    tps = reader.committed(
-                        [TopicPartition(topic, p) for p in range(partitions)], 10
-                    )
-                    return {tp.partition: tp.offset for tp in tps}
-                except KafkaException as exc:  # the coordinator may be moving or loading
-                    if not exc.args[0].retriable() or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-        finally:
-            reader.close()
-
-    return read
-
-
-@pytest.fixture
-def end_offsets(admin: AdminClient, kafka: str) -> Callable[[str, int], dict[int, int]]:
-    def read(topic: str, partitions: int) -> dict[int, int]:
-        reader = Consumer({"bootstrap.servers": kafka, "group.id": "end-offsets-reader"})
-        try:
-            return {
-                p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in range(partitions)
-            }
-        finally:
-            reader.close()
-
-    return read

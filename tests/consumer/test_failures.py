@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer
 
 from kafleet import ParallelConsumer, Record
@@ -22,7 +19,6 @@ from tests.infra.records import ProduceReport, record_number
 from tests.infra.waiting import wait_until
 
 Start = Callable[..., ParallelConsumer]
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _poison(number: int) -> Callable[[Record], None]:
@@ -145,51 +141,6 @@ def test_a_broker_restart_during_consumption_loses_nothing(
     wait_until(lambda: len(journal.numbers()) >= 3_000, 120, "all 3,000 after the restart")
 
     assert sorted(journal.numbers()) == list(range(3_000))
-
-
-@pytest.fixture
-def worker(kafka: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """``worker(topic, group, out, *flags, delay=0.0)``: a real ``kafleet worker`` process."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(
-        topic: str, group: str, out: Path, *flags: str, delay: float = 0.0
-    ) -> subprocess.Popen[bytes]:
-        env = {
-            **os.environ,
-            "KAFLEET_TEST_OUT": str(out),
-            "KAFLEET_TEST_DELAY": str(delay),
-            "PYTHONPATH": str(REPO),
-        }
-        cmd = [
-            sys.executable,
-            "-m",
-            "kafleet",
-            "worker",
-            "--bootstrap-servers",
-            kafka,
-            "--group-id",
-            group,
-            "--topics",
-            topic,
-            "--concurrency",
-            "3",
-            "--commit-interval-ms",
-            "200",
-            "--handler",
-            "tests.consumer.handlers:append_number",
-            *flags,
-        ]
-        log = open(tmp_path / f"worker-{len(started)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def _finished(out: Path) -> Counter[int]:

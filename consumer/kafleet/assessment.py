@@ -1,0 +1,124 @@
+"""Is the worker alive and making progress? Is it ready? Pure judgements of its state file.
+
+Owns: liveness (``/healthz``) and readiness (``/readyz``) as functions of the state the worker
+last published, the time now, and the sidecar's settings. No I/O (the pid check is passed in),
+so every case is tested without processes. The sidecar (``sidecar.py``) serves the answers.
+
+Liveness fails (and Kubernetes restarts the pod) when the worker:
+- has published nothing for ``startup_grace_s`` after the sidecar started;
+- stopped, or its process is gone (when the sidecar can see it: a shared pid namespace);
+- has not polled for ``poll_share`` of ``max_poll_interval_ms`` (it hangs, or is starved), the
+  time its state file has been stale counting as time without a poll;
+- has had a record in its handler longer than ``processing_timeout_s`` (KIP-62: polling proves
+  only that the process lives);
+- hit a fatal error.
+A worker that is slow but polls, and whose records finish within the timeout, stays live.
+
+Readiness: the state is fresh, the worker is in the group (it has had an assignment, possibly
+empty: an idle member of a group with more members than partitions is legitimately ready),
+and it is not stopping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reasons: list[str] = field(default_factory=list)
+
+    def body(self) -> str:
+        return ("ok" if self.ok else "failing") + "".join(f"\n- {r}" for r in self.reasons) + "\n"
+
+
+def _at(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def liveness(
+    state: dict[str, Any] | None,
+    now: float,
+    *,
+    started_at: float,
+    startup_grace_s: float = 60.0,
+    poll_share: float = 0.5,
+    pid_alive: Callable[[int], bool] | None = None,
+) -> Verdict:
+    """``pid_alive`` is given only when the sidecar shares the worker's pid namespace."""
+    if state is None:
+        waited = now - started_at
+        if waited <= startup_grace_s:
+            return Verdict(
+                True,
+                [
+                    f"worker not started yet ({waited:.0f} s of a "
+                    f"{startup_grace_s:g} s start-up grace)"
+                ],
+            )
+        return Verdict(
+            False,
+            [
+                f"the worker has published no state since the sidecar started "
+                f"at {_at(started_at)} ({waited:.0f} s)"
+            ],
+        )
+    reasons = []
+    written = float(state.get("written_at", 0.0))
+    age = max(0.0, now - written)
+    if state.get("stopped"):
+        reasons.append(f"the worker stopped at {_at(written)}")
+    pid = state.get("pid")
+    if pid_alive is not None and isinstance(pid, int) and not pid_alive(pid):
+        reasons.append(f"the worker process {pid} is gone (its last state: {_at(written)})")
+    since_poll = age + float(state.get("seconds_since_poll", 0.0))
+    limit = float(state.get("max_poll_interval_ms", 300_000)) / 1000 * poll_share
+    if since_poll > limit:
+        reasons.append(
+            f"no poll for {since_poll:.1f} s, since {_at(now - since_poll)} "
+            f"(limit {limit:g} s: {poll_share:g} of max_poll_interval_ms)"
+        )
+    timeout = float(state.get("processing_timeout_s", 300.0))
+    for name, part in sorted(state.get("partitions", {}).items()):
+        oldest = float(part.get("oldest_in_flight_s", 0.0))
+        if oldest > 0 and oldest + age > timeout:
+            reasons.append(
+                f"{name}: a record has been in its handler for {oldest + age:.1f} s, "
+                f"since {_at(now - oldest - age)} (processing_timeout_s "
+                f"{timeout:g})"
+            )
+    if state.get("fatal_error"):
+        reasons.append(f"fatal error: {state['fatal_error']}")
+    return Verdict(not reasons, reasons)
+
+
+def readiness(
+    state: dict[str, Any] | None,
+    now: float,
+    *,
+    stale_after_s: float = 10.0,
+    pid_alive: Callable[[int], bool] | None = None,
+) -> Verdict:
+    if state is None:
+        return Verdict(False, ["the worker has not started"])
+    written = float(state.get("written_at", 0.0))
+    reasons = []
+    pid = state.get("pid")
+    if state.get("stopped"):
+        reasons.append(f"the worker stopped at {_at(written)}")
+    elif pid_alive is not None and isinstance(pid, int) and not pid_alive(pid):
+        reasons.append(f"the worker process {pid} is gone")
+    elif now - written > stale_after_s:
+        reasons.append(
+            f"the worker's state is {now - written:.1f} s old (stale after {stale_after_s:g} s)"
+        )
+    elif not state.get("joined"):
+        reasons.append("the worker has not joined its group yet")
+    return Verdict(
+        not reasons,
+        reasons or [f"in the group, {len(state.get('assigned', []))} partitions assigned"],
+    )

@@ -1,0 +1,202 @@
+"""The worker's state as Prometheus metrics, all named ``kafleet_*``.
+
+Owns: turning one state (as the worker published it) plus the sidecar's judgements (liveness,
+readiness, each partition's lag status) into metric families, with the labels ``group``,
+``topic`` and ``partition`` where they apply. ``METRICS`` lists every metric with its type,
+labels and meaning; README.md's table is made from it. Does not own serving (``sidecar.py``).
+
+Counters come from the worker's own totals, so they reset when the worker restarts, as
+Prometheus counters may.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+from kafleet.lag import STATUS_CODES, Status
+
+G, GTP = ["group"], ["group", "topic", "partition"]
+
+# name (without kafleet_), type, labels, meaning
+METRICS: list[tuple[str, str, list[str], str]] = [
+    ("up", "gauge", G, "1 if the worker's state is fresh, else 0"),
+    ("healthy", "gauge", G, "1 if /healthz passes (polling, no record past processing_timeout_s)"),
+    ("ready", "gauge", G, "1 if /readyz passes (in the group and polling)"),
+    ("seconds_since_poll", "gauge", G, "seconds since the worker last polled Kafka"),
+    ("assigned_partitions", "gauge", G, "partitions assigned to the worker"),
+    ("in_flight_records", "gauge", G, "records in handlers now"),
+    ("max_poll_records", "gauge", G, "the effective max_poll_records (tuned live)"),
+    ("concurrency", "gauge", G, "the effective concurrency (tuned live)"),
+    ("partition_lag_records", "gauge", GTP, "log-end offset minus the committed offset"),
+    (
+        "partition_position_lag_records",
+        "gauge",
+        GTP,
+        "log-end offset minus the position (the lowest offset not yet done)",
+    ),
+    ("partition_committed_offset", "gauge", GTP, "the committed offset"),
+    ("partition_position", "gauge", GTP, "the lowest offset not yet done"),
+    ("partition_log_end_offset", "gauge", GTP, "the log-end offset (librdkafka statistics)"),
+    (
+        "partition_lag_status",
+        "gauge",
+        [*GTP, "status"],
+        "1 for the partition's lag status judged like Burrow: OK, WARN, STALL, STOP, REWIND",
+    ),
+    (
+        "partition_lag_status_code",
+        "gauge",
+        GTP,
+        "the same as a number: 0 OK, 1 WARN, 2 STALL, 3 STOP, 4 REWIND",
+    ),
+    ("partition_queued_records", "gauge", GTP, "records queued, not yet started"),
+    ("partition_queued_bytes", "gauge", GTP, "bytes of keys and values queued"),
+    ("partition_paused", "gauge", GTP, "1 if the partition is paused (its queue is full)"),
+    ("partition_in_flight_records", "gauge", GTP, "records of the partition in handlers now"),
+    (
+        "partition_oldest_in_flight_seconds",
+        "gauge",
+        GTP,
+        "how long the partition's oldest in-flight record has been in its handler",
+    ),
+    ("handler_latency_seconds", "histogram", G, "time a record spent in its handler, retries in"),
+    ("records_processed_total", "counter", G, "records handled successfully"),
+    ("handler_failures_total", "counter", G, "handler attempts that raised"),
+    ("records_retried_total", "counter", G, "retries scheduled"),
+    ("records_dead_lettered_total", "counter", G, "records sent to the dead-letter topic"),
+    ("commits_total", "counter", G, "offset commits acknowledged"),
+    ("commit_failures_total", "counter", G, "offset commits that failed (retried later)"),
+    ("commit_latency_seconds", "summary", G, "time from sending a commit to its acknowledgement"),
+    ("rebalances_total", "counter", G, "assignments and revocations"),
+    ("partitions_revoked_total", "counter", G, "partitions revoked"),
+    ("partitions_lost_total", "counter", G, "partitions lost (nothing committed for them)"),
+    ("revoke_drain_seconds_last", "gauge", G, "how long the last revoke drained its partitions"),
+    ("pauses_total", "counter", G, "partition pauses for back-pressure"),
+    ("resumes_total", "counter", G, "partition resumes"),
+]
+
+
+@dataclass(frozen=True)
+class View:
+    """What one scrape shows: the state and the sidecar's judgements of it."""
+
+    state: dict[str, Any] | None
+    fresh: bool
+    healthy: bool
+    ready: bool
+    lag_status: dict[str, Status]
+
+
+def _lag(end: int | None, offset: int | None) -> int | None:
+    if end is None or offset is None:
+        return None
+    return max(0, end - offset)
+
+
+class StateCollector(Collector):
+    def __init__(self, view: Callable[[], View]) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[Metric]:
+        view = self.view()
+        state = view.state or {}
+        group = str(state.get("group_id", ""))
+        families: dict[str, Any] = {}
+        for name, kind, labels, doc in METRICS:
+            full = f"kafleet_{name}"
+            if kind == "counter":
+                families[name] = CounterMetricFamily(
+                    full.removesuffix("_total"), doc, labels=labels
+                )
+            elif kind == "histogram":
+                families[name] = HistogramMetricFamily(full, doc, labels=labels)
+            elif kind == "summary":
+                families[name] = SummaryMetricFamily(full, doc, labels=labels)
+            else:
+                families[name] = GaugeMetricFamily(full, doc, labels=labels)
+
+        def put(name: str, value: float | None, *labels: str) -> None:
+            if value is not None:
+                families[name].add_metric([group, *labels], float(value))
+
+        put("up", int(view.fresh))
+        put("healthy", int(view.healthy))
+        put("ready", int(view.ready))
+        if view.state is not None:
+            put("seconds_since_poll", state.get("seconds_since_poll"))
+            put("assigned_partitions", len(state.get("assigned", [])))
+            put("in_flight_records", state.get("in_flight"))
+            put("max_poll_records", state.get("max_poll_records"))
+            put("concurrency", state.get("concurrency"))
+            for key, part in sorted(state.get("partitions", {}).items()):
+                tp = (str(part["topic"]), str(part["partition"]))
+                end = part.get("log_end")
+                put("partition_lag_records", _lag(end, part.get("committed")), *tp)
+                put("partition_position_lag_records", _lag(end, part.get("position")), *tp)
+                put("partition_committed_offset", part.get("committed"), *tp)
+                put("partition_position", part.get("position"), *tp)
+                put("partition_log_end_offset", end, *tp)
+                status = view.lag_status.get(key)
+                if status is not None:
+                    for candidate in STATUS_CODES:
+                        put("partition_lag_status", int(candidate == status), *tp, candidate)
+                    put("partition_lag_status_code", STATUS_CODES[status], *tp)
+                put("partition_queued_records", part.get("queued"), *tp)
+                put("partition_queued_bytes", part.get("queued_bytes"), *tp)
+                put("partition_paused", int(bool(part.get("paused"))), *tp)
+                put("partition_in_flight_records", part.get("in_flight"), *tp)
+                put("partition_oldest_in_flight_seconds", part.get("oldest_in_flight_s"), *tp)
+            latency = state.get("handler_latency", {})
+            if latency:
+                cumulative, buckets = 0, []
+                for bound, count in zip(latency["buckets"], latency["counts"], strict=False):
+                    cumulative += count
+                    buckets.append((repr(float(bound)), cumulative))
+                total = sum(latency["counts"])
+                buckets.append(("+Inf", total))
+                families["handler_latency_seconds"].add_metric([group], buckets, latency["sum"])
+            commit = state.get("commit_latency", {})
+            if commit:
+                families["commit_latency_seconds"].add_metric(
+                    [group], commit.get("count", 0), commit.get("sum", 0.0)
+                )
+            for name, key in [
+                ("records_processed_total", "records_processed"),
+                ("handler_failures_total", "records_failed"),
+                ("records_retried_total", "retries"),
+                ("records_dead_lettered_total", "dead_lettered"),
+                ("commits_total", "commits"),
+                ("commit_failures_total", "commit_failures"),
+                ("rebalances_total", "rebalances"),
+                ("partitions_revoked_total", "partitions_revoked_total"),
+                ("partitions_lost_total", "partitions_lost_total"),
+                ("pauses_total", "pauses"),
+                ("resumes_total", "resumes"),
+            ]:
+                put(name, state.get(key))
+            revokes = state.get("revoke_seconds") or []
+            put("revoke_drain_seconds_last", revokes[-1] if revokes else None)
+        yield from families.values()
+
+
+def markdown() -> str:
+    """The metrics reference as a Markdown table (README.md holds a copy)."""
+    lines = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
+    for name, kind, labels, doc in METRICS:
+        lines.append(f"| `kafleet_{name}` | {kind} | {', '.join(labels)} | {doc} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown())

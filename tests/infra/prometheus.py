@@ -1,0 +1,123 @@
+"""A real Prometheus for the tests: Debian's ``prometheus`` package, scraping what a test names.
+
+Owns: installing the package when it is missing (``apt-get``, as CI runs as root), starting a
+server with a scrape configuration of the given targets on a free loopback port and its data
+under ``.cache/prometheus/``, waiting until it is ready, PromQL queries through its HTTP API,
+and stopping it by its pid. Does not own what it scrapes.
+
+    python -m tests.infra.prometheus install   # what `make test` runs first
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.infra import processes
+from tests.infra.kafka import LOOPBACK, REPO_ROOT, TestbedError, free_port
+
+CACHE = REPO_ROOT / ".cache" / "prometheus"
+
+
+def binary() -> str:
+    """The prometheus binary, installed from Debian's packages if it is not there yet."""
+    found = shutil.which("prometheus")
+    if found:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise TestbedError(
+            "'prometheus' was not found on PATH and cannot be installed here (needs root and "
+            "apt-get): install Debian's package with `apt-get install prometheus`"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
+    ):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise TestbedError(
+                f"{' '.join(cmd)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
+    found = shutil.which("prometheus")
+    if found is None:
+        raise TestbedError("apt-get installed prometheus, yet it is not on PATH")
+    return found
+
+
+@dataclass
+class Prometheus:
+    workdir: Path
+    port: int
+    pid: int | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self, targets: list[str], timeout: float = 60.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "prometheus.yml"
+        config.write_text(json.dumps({  # JSON is YAML too
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": "kafleet", "static_configs": [{"targets": targets}]}],
+        }))  # fmt: skip
+        self.pid = processes.spawn(
+            [binary(), f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
+             f"--web.listen-address={LOOPBACK}:{self.port}", "--log.level=warn"],
+            self.workdir / "prometheus.log",
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not processes.alive(self.pid):
+                log = (self.workdir / "prometheus.log").read_text()[-2000:]
+                raise TestbedError(f"prometheus exited while starting:\n{log}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        raise TestbedError(f"prometheus was not ready on {self.url} within {timeout:.0f} s")
+
+    def query(self, expr: str) -> list[dict[str, object]]:
+        """The result vector of an instant PromQL query."""
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.loads(response.read())
+        if body.get("status") != "success":
+            raise TestbedError(f"query {expr!r} failed: {body}")
+        result: list[dict[str, object]] = body["data"]["result"]
+        return result
+
+    def stop(self) -> None:
+        processes.stop(self.pid, timeout=10)
+        self.pid = None
+
+
+def start_prometheus(workdir: Path, targets: list[str]) -> Prometheus:
+    shutil.rmtree(workdir, ignore_errors=True)
+    server = Prometheus(workdir, free_port())
+    server.start(targets)
+    return server
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["install"]:
+        print("usage: python -m tests.infra.prometheus install", file=sys.stderr)
+        sys.exit(2)
+    try:
+        print(binary())
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
