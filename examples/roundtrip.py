@@ -30,6 +30,19 @@ def ensure_topic(admin: AdminClient, topic: str) -> None:
             raise
 
 
+def wait_for_leaders(admin: AdminClient, topic: str, timeout: float = 30.0) -> list[int]:
+    """A new topic's partitions answer only once each has a leader; wait for that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = admin.list_topics(topic, timeout=10).topics[topic]
+        parts = meta.partitions
+        if meta.error is None and parts and all(p.leader >= 0 for p in parts.values()):
+            return sorted(parts)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topic} has no leader for every partition after {timeout:g} s")
+        time.sleep(0.2)
+
+
 def end_offsets(consumer: Consumer, topic: str, partitions: list[int]) -> dict[int, int]:
     ends = {}
     for p in partitions:
@@ -47,7 +60,7 @@ def main() -> int:
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap_servers})
     ensure_topic(admin, args.topic)
-    partitions = sorted(admin.list_topics(args.topic, timeout=10).topics[args.topic].partitions)
+    partitions = wait_for_leaders(admin, args.topic)
 
     consumer = Consumer(
         {
