@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from kafleet.config import ConsumerConfig, QueueBounds, RetryPolicy, Security, load_config
+from kafleet.config import ConsumerConfig, QueueBounds, RetryPolicy, load_config
 from kafleet.consumer import ParallelConsumer
 from kafleet.errors import (
     ConfigError,
@@ -21,6 +21,7 @@ from kafleet.errors import (
     OffsetError,
 )
 from kafleet.record import Record
+from kafleet.security import Security
 
 __all__ = [
     "ConfigError",

@@ -7,7 +7,7 @@ of precedence; rejecting bad
 values with the field's dotted name and the reason (``ConfigError``); rendering the librdkafka
 properties; masking secrets whenever the configuration is printed.
 
-Does not own: acting on any setting. The field names here are the names used by the config
+Does not own: acting on any setting, or the security settings' rules (``security.py``). The field names here are the names used by the config
 file, the CLI flags (``--max-poll-records``, ``--queue.max-records``) and, later, the CRD.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic import field_validator as validates
 from pydantic_settings import (
     BaseSettings,
@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 
 from kafleet.errors import ConfigError, FieldProblem
+from kafleet.security import Security
 
 Ordering = Literal["partition", "key", "unordered"]
 Guarantee = Literal["at-most-once", "at-least-once", "exactly-once"]
@@ -98,55 +99,6 @@ class RetryPolicy(BaseModel):
         if self.max_backoff_ms < self.initial_backoff_ms:
             raise ValueError("max_backoff_ms must not be below initial_backoff_ms")
         return self
-
-
-class Security(BaseModel):
-    """How the client authenticates and encrypts; secrets are masked when printed."""
-
-    model_config = _Strict
-
-    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        "PLAINTEXT", description="librdkafka's security.protocol"
-    )
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = Field(
-        None, description="secret: set it as KAFLEET_SECURITY__SASL_PASSWORD; masked when printed"
-    )
-    ssl_ca_location: str | None = None
-    ssl_certificate_location: str | None = None
-    ssl_key_location: str | None = None
-    ssl_key_password: SecretStr | None = Field(
-        None, description="secret: KAFLEET_SECURITY__SSL_KEY_PASSWORD; masked when printed"
-    )
-
-    @model_validator(mode="after")
-    def _sasl_complete(self) -> Security:
-        if self.protocol.startswith("SASL") and self.sasl_mechanism is None:
-            raise ValueError(f"sasl_mechanism is required with protocol {self.protocol}")
-        if self.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and not (
-            self.sasl_username and self.sasl_password
-        ):
-            raise ValueError(
-                f"sasl_username and sasl_password are required with {self.sasl_mechanism}"
-            )
-        return self
-
-    def properties(self) -> dict[str, str]:
-        props: dict[str, str] = {"security.protocol": self.protocol}
-        plain = {
-            "sasl.mechanism": self.sasl_mechanism,
-            "sasl.username": self.sasl_username,
-            "ssl.ca.location": self.ssl_ca_location,
-            "ssl.certificate.location": self.ssl_certificate_location,
-            "ssl.key.location": self.ssl_key_location,
-        }
-        props.update({k: v for k, v in plain.items() if v is not None})
-        if self.sasl_password is not None:
-            props["sasl.password"] = self.sasl_password.get_secret_value()
-        if self.ssl_key_password is not None:
-            props["ssl.key.password"] = self.ssl_key_password.get_secret_value()
-        return props
 
 
 _yaml_file: ContextVar[Path | None] = ContextVar("kafleet_config_file", default=None)
