@@ -3,12 +3,12 @@
 Owns: every setting of a kafleet consumer with its default, unit and bounds; loading them from
 a YAML file, ``KAFLEET_*`` environment variables (nested with ``__``, as in
 ``KAFLEET_QUEUE__MAX_RECORDS``) and explicit overrides (the CLI's flags), in that rising order
-of precedence; rejecting bad
-values with the field's dotted name and the reason (``ConfigError``); rendering the librdkafka
-properties; masking secrets whenever the configuration is printed.
+of precedence; rejecting bad values with the field's dotted name and the reason
+(``ConfigError``); rendering the librdkafka properties; masking secrets whenever the
+configuration is printed. The field names are the names used by the config file, the CLI flags
+(``--max-poll-records``, ``--queue.max-records``; none for secrets) and, later, the CRD.
 
-Does not own: acting on any setting, or the security settings' rules (``security.py``). The field names here are the names used by the config
-file, the CLI flags (``--max-poll-records``, ``--queue.max-records``) and, later, the CRD.
+Does not own: acting on any setting, or the security settings' rules (``security.py``).
 """
 
 from __future__ import annotations

@@ -33,10 +33,11 @@ def rows(model: type[BaseModel] = ConsumerConfig, prefix: str = "") -> Iterator[
             if getattr(m, kind, None) is not None
         ]
         kind = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
-        flag = "--" + f"{prefix}{name}".replace("_", "-")
+        secret = "SecretStr" in str(annotation)
+        flag = "(none: file or environment)" if secret else f"`--{prefix}{name}`".replace("_", "-")
         yield [
             f"`{prefix}{name}`",
-            f"`{flag}`",
+            flag,
             default,
             ", ".join(bounds),
             kind,

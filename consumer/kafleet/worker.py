@@ -37,7 +37,8 @@ def _scalar_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[s
         annotation = info.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             yield from _scalar_fields(annotation, f"{prefix}{name}.")
-        elif name != "kafka":
+        elif name != "kafka" and "SecretStr" not in str(annotation):
+            # No flags for secrets: a command line is visible to every process on the host.
             yield f"{prefix}{name}", info.description or ""
 
 

@@ -137,3 +137,16 @@ def test_the_readme_documents_every_configuration_field_as_generated() -> None:
 
     for row in markdown().splitlines()[2:]:
         assert row in readme, f"README.md is missing or out of date for: {row[:60]}"
+
+
+def test_the_worker_takes_no_secret_on_its_command_line() -> None:
+    import argparse
+
+    from kafleet.worker import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+
+    assert "--security.sasl-username" in flags
+    assert not [flag for flag in flags if "password" in flag]
