@@ -105,6 +105,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def new_cluster_id() -> str:
+    """A random cluster id, as Kafka's ``Uuid.randomUuid()`` makes them: URL-safe base64 of 16
+    random bytes that never starts with "-" (the storage tool would take it for an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 LOG4J2 = """\
 status = warn
 appender.file.type = File
@@ -204,7 +213,7 @@ class KafkaBroker:
             "".join(f"{key}={value}\n" for key, value in self._properties().items())
         )
         (self.workdir / "log4j2.properties").write_text(LOG4J2.format(log=self.log_path))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = new_cluster_id()
         self._tool(
             "kafka.tools.StorageTool",
             "format",

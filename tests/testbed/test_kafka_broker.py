@@ -187,3 +187,14 @@ def test_a_missing_java_is_a_clear_failure_naming_the_tool(
 
     with pytest.raises(kafka_infra.TestbedError, match=r"'java' was not found on PATH"):
         broker.start()
+
+
+def test_cluster_ids_never_start_with_a_dash_that_the_storage_tool_would_take_for_an_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    drawn = iter([b"\xf8" + bytes(15), b"\x00" * 16])  # the first encodes to "-AAA..."
+    monkeypatch.setattr(kafka_infra.uuid, "uuid4", lambda: type("U", (), {"bytes": next(drawn)}))
+
+    cluster_id = kafka_infra.new_cluster_id()
+
+    assert cluster_id == "AAAAAAAAAAAAAAAAAAAAAA"
