@@ -29,14 +29,14 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: venv install
-venv: $(VENV)/.installed ## Create .venv with kafleet installed editable and the dev tools.
+venv: $(VENV)/.installed ## Create .venv with kafleet (all extras) installed editable and the dev tools.
 install: venv ## The same as venv.
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "kafleet needs Python 3.11 or newer, not " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[operator,dev]'
+	$(PY) -m pip install --quiet -e '.[operator,spark,dev]'
 	@touch $@
 
 .PHONY: lint
@@ -53,7 +53,7 @@ fmt: venv ## Format the code and apply ruff's safe fixes.
 ##@ Test
 
 .PHONY: test
-test: lint jars k8s-tools prometheus ## Set everything up, lint, and run every test against the real test bed.
+test: lint jars delta-jars k8s-tools prometheus ## Set everything up, lint, and run every test against the real test bed.
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
@@ -73,6 +73,10 @@ kafka-up: venv ## Start a development Kafka broker (reused if running); prints i
 .PHONY: kafka-down
 kafka-down: venv ## Stop the development Kafka broker.
 	$(KAFKA) down
+
+.PHONY: delta-jars
+delta-jars: venv ## Fetch Delta Lake's jars for the pip-installed Spark from Maven Central (once).
+	@$(PY) -m tests.infra.spark jars >/dev/null
 
 .PHONY: prometheus
 prometheus: venv ## Install Prometheus from Debian's packages if it is missing (needs root).

@@ -29,10 +29,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes.client import ApiClient
+from pyspark.sql import SparkSession
 
 from tests.infra import k8s as k8s_infra
 from tests.infra import kafka as kafka_infra
 from tests.infra import processes
+from tests.infra import spark as spark_infra
 from tests.infra.records import ProduceReport, produce_numbered
 
 _broker: kafka_infra.KafkaBroker | None = None
@@ -243,6 +245,17 @@ def end_offsets(admin: AdminClient, kafka: str) -> Callable[[str, int], dict[int
             reader.close()
 
     return read
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """A local Spark session with Delta Lake, for the whole test session."""
+    try:
+        session = spark_infra.local_session()
+    except kafka_infra.TestbedError as exc:
+        pytest.fail(f"the test bed could not start Spark: {exc}", pytrace=False)
+    yield session
+    session.stop()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,0 +1,94 @@
+"""A real Spark for the tests: the pip-installed pyspark, local, with Delta Lake's jars.
+
+Owns: fetching Delta's two jars (``delta-spark_4.2_2.13`` and ``delta-storage``, without their
+transitive dependencies, which would put a second Jackson, Hadoop and Scala on Spark's class
+path) from Maven Central with ``mvn`` into ``.cache/spark/delta-<version>/``, and building a
+local ``SparkSession`` with Delta's SQL extension and catalog, sized for a 2-core machine.
+Does not own any job: kafleet's Spark sink builds its own sessions.
+
+    python -m tests.infra.spark jars   # what `make test` runs first; prints the jar folder
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tests.infra.kafka import REPO_ROOT, TestbedError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DELTA_VERSION = "4.4.0"
+POM = Path(__file__).with_name("spark-pom.xml")
+JARS = REPO_ROOT / ".cache" / "spark" / f"delta-{DELTA_VERSION}"
+
+
+def delta_jars() -> list[Path]:
+    """Delta's jars, fetched once."""
+    marker = JARS / ".complete"
+    if not marker.exists():
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise TestbedError("'mvn' was not found on PATH; Maven fetches Delta Lake's jars")
+        tmp = JARS.with_name(JARS.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        done = subprocess.run(
+            [
+                mvn,
+                "-q",
+                "-B",
+                "-f",
+                str(POM),
+                "dependency:copy-dependencies",
+                f"-Ddelta.version={DELTA_VERSION}",
+                f"-DoutputDirectory={tmp}",
+                "-DexcludeTransitive=true",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise TestbedError(f"mvn could not fetch Delta {DELTA_VERSION}:\n{done.stdout[-3000:]}")
+        shutil.rmtree(JARS, ignore_errors=True)
+        tmp.rename(JARS)
+        marker.write_text(DELTA_VERSION + "\n")
+    return sorted(JARS.glob("*.jar"))
+
+
+def local_session(app: str = "kafleet-tests") -> SparkSession:
+    """A local Spark session with Delta, small enough for a 2-core machine."""
+    from pyspark.sql import SparkSession
+
+    if shutil.which("java") is None:
+        raise TestbedError("'java' was not found on PATH; Spark needs Java 17 or newer")
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.jars", ",".join(str(j) for j in delta_jars()))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config(
+            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+        )
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.databricks.delta.snapshotPartitions", "2")  # Delta's default is 50
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["jars"]:
+        print("usage: python -m tests.infra.spark jars", file=sys.stderr)
+        sys.exit(2)
+    try:
+        print(delta_jars()[0].parent)
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
