@@ -16,17 +16,19 @@ state snapshot. Thin on purpose: the behaviour lives in the modules it wires.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from kafleet import assessment
 from kafleet.config import ConsumerConfig
 from kafleet.dead_letter import DeadLetterWriter
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet.executor import Executor, Handler, ResultSink
 from kafleet.offsets import OffsetTracker
 from kafleet.poller import OffsetStore, Poller
-from kafleet.state import Stats, health
+from kafleet.state import Stats
 from kafleet.state_file import StatePublisher
 from kafleet.work_queue import WorkQueues
 
@@ -166,11 +168,7 @@ class ParallelConsumer:
                     },
                 ),
             }
-        stats = self.stats.as_dict()
-        healthy, reasons = health(
-            stats, partitions, self.config.max_poll_interval_ms, self.config.processing_timeout_s
-        )
-        return {
+        snapshot: dict[str, Any] = {
             "group_id": self.config.group_id,
             "joined": self.poller.joined,
             "max_poll_interval_ms": self.config.max_poll_interval_ms,
@@ -182,10 +180,13 @@ class ParallelConsumer:
             "concurrency": self.queues.concurrency,
             "ordering": self.config.ordering,
             "guarantee": self.config.guarantee,
-            "healthy": healthy,
-            "unhealthy_reasons": reasons,
-            **stats,
+            **self.stats.as_dict(),
         }
+        # The same judgement the sidecar makes, on a state that is fresh by definition.
+        now = time.time()
+        verdict = assessment.liveness({**snapshot, "written_at": now}, now, started_at=now)
+        snapshot["healthy"], snapshot["unhealthy_reasons"] = verdict.ok, verdict.reasons
+        return snapshot
 
 
 def _producer_config(config: ConsumerConfig) -> dict[str, str | int | float | bool]:

@@ -3,7 +3,7 @@
 Owns: thread-safe counters (records processed, retries, dead letters, commits, rebalances),
 the handler-latency histogram, revoke durations, the time of the last poll, and assembling a
 JSON-ready snapshot together with the queues' and the offset tracker's views. Does not own
-serving it (the sidecar) or judging lag (the sidecar's Burrow-style evaluation).
+serving it (the sidecar), judging health (``assessment.py``) or lag (``lag.py``).
 """
 
 from __future__ import annotations
@@ -127,30 +127,3 @@ class Stats:
                 "uptime_seconds": time.monotonic() - self.started,
                 "fatal_error": self.fatal_error,
             }
-
-
-def health(
-    stats: dict[str, Any],
-    partitions: dict[str, dict[str, Any]],
-    max_poll_interval_ms: int,
-    processing_timeout_s: float,
-    poll_share: float = 0.5,
-) -> tuple[bool, list[str]]:
-    """Whether the worker is alive and making progress (KIP-62), and if not, why.
-
-    Unhealthy when it has not polled for ``poll_share`` of ``max_poll_interval_ms``, when a
-    record has been in its handler longer than ``processing_timeout_s``, or after a fatal error.
-    """
-    reasons = []
-    limit = max_poll_interval_ms / 1000 * poll_share
-    if stats["seconds_since_poll"] > limit:
-        reasons.append(f"no poll for {stats['seconds_since_poll']:.1f} s (limit {limit:.1f} s)")
-    for name, part in partitions.items():
-        if part["oldest_in_flight_s"] > processing_timeout_s:
-            reasons.append(
-                f"{name}: a record has been in its handler for {part['oldest_in_flight_s']:.1f} s"
-                f" (processing_timeout_s {processing_timeout_s:g})"
-            )
-    if stats.get("fatal_error"):
-        reasons.append(f"fatal error: {stats['fatal_error']}")
-    return not reasons, reasons
