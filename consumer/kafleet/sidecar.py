@@ -110,16 +110,19 @@ class Sidecar:
                     del self._windows[gone]
             return {k: w.judge(self.stop_after_s) for k, w in self._windows.items()}
 
-    def view(self) -> View:
+    def judge(self) -> tuple[View, assessment.Verdict, assessment.Verdict]:
+        """One reading of the state file, judged once: the view and both verdicts."""
         state = self.state()
         fresh = (
             state is not None
             and not state.get("stopped")
             and (time.time() - float(state.get("written_at", 0.0)) <= self.stale_after_s)
         )
-        return View(
-            state, fresh, self.liveness(state).ok, self.readiness(state).ok, self.sample(state)
-        )
+        live, ready = self.liveness(state), self.readiness(state)
+        return View(state, fresh, live.ok, ready.ok, self.sample(state)), live, ready
+
+    def view(self) -> View:
+        return self.judge()[0]
 
     def run_sampler(self, stop: threading.Event, every_s: float = 1.0) -> None:
         while not stop.wait(every_s):
@@ -151,13 +154,13 @@ def make_handler(sidecar: Sidecar, registry: CollectorRegistry) -> type[BaseHTTP
             elif path == "/metrics":
                 self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif path == "/status":
-                view = sidecar.view()
+                view, live, ready = sidecar.judge()
                 body = {
                     "healthy": view.healthy,
                     "ready": view.ready,
                     "fresh": view.fresh,
-                    "liveness": sidecar.liveness(view.state).reasons,
-                    "readiness": sidecar.readiness(view.state).reasons,
+                    "liveness": live.reasons,
+                    "readiness": ready.reasons,
                     "lag_status": view.lag_status,
                     "worker": view.state,
                 }
