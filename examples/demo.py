@@ -80,7 +80,7 @@ def main() -> int:
         while len(billed) < args.count and time.monotonic() < deadline:
             time.sleep(0.1)
         took = time.monotonic() - started
-        snapshot = consumer.snapshot()
+    snapshot = consumer.snapshot()  # after the close, which commits what was done
     print(
         f"billed {len(billed)} of {args.count} orders in {took:.1f} s with kafleet "
         f"(one at a time, 20 ms each, would take {args.count * 0.02:.1f} s)"

@@ -53,6 +53,7 @@ def test_demo_bills_every_order_in_parallel_and_reports_it(kafka: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "billed 80 of 80 orders" in done.stdout
     assert "healthy: True" in done.stdout
+    assert "commits: 0," not in done.stdout  # the close commits what was billed
 
 
 def test_the_example_worker_config_bills_orders_and_parks_a_bad_one(
