@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import kubernetes
 import pytest
@@ -31,6 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes.client import ApiClient
 from pyspark.sql import SparkSession
 
+from kafleet import ConsumerConfig, ParallelConsumer, load_config
 from tests.infra import k8s as k8s_infra
 from tests.infra import kafka as kafka_infra
 from tests.infra import processes
@@ -256,6 +257,46 @@ def spark() -> Iterator[SparkSession]:
         pytest.fail(f"the test bed could not start Spark: {exc}", pytrace=False)
     yield session
     session.stop()
+
+
+class ConfigFactory(Protocol):
+    def __call__(self, topic: str, group: str | None = None, **fields: Any) -> ConsumerConfig: ...
+
+
+@pytest.fixture
+def consumer_config(kafka: str, group_id: Callable[[], str]) -> ConfigFactory:
+    """``consumer_config(topic, **fields)``: a validated config for the session's broker."""
+
+    def make(topic: str, group: str | None = None, **fields: Any) -> ConsumerConfig:
+        base: dict[str, Any] = {
+            "bootstrap_servers": kafka,
+            "group_id": group or group_id(),
+            "topics": [topic],
+            "commit_interval_ms": 200,
+            "drain_timeout_s": 10.0,
+            "shutdown_grace_s": 20.0,
+            "kafka": {"topic.metadata.refresh.interval.ms": 1000},
+        }
+        return load_config(None, {**base, **fields})
+
+    return make
+
+
+@pytest.fixture
+def start_consumer() -> Iterator[Callable[..., ParallelConsumer]]:
+    """``start_consumer(config, handler, **kwargs)``: started now, closed after the test."""
+    started: list[ParallelConsumer] = []
+
+    def start(config: ConsumerConfig, handler: Any, **kwargs: Any) -> ParallelConsumer:
+        consumer = ParallelConsumer(config, handler, **kwargs).start()
+        started.append(consumer)
+        return consumer
+
+    yield start
+    for consumer in started:
+        consumer.stop(grace_s=5)
+    for consumer in started:
+        consumer.wait(timeout=30)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -16,7 +16,8 @@ A worker that is slow but polls, and whose records finish within the timeout, st
 
 Readiness: the state is fresh, the worker is in the group (it has had an assignment, possibly
 empty: an idle member of a group with more members than partitions is legitimately ready),
-and it is not stopping.
+it is not stopping, and its sink (Spark), if any, is writing: a sink outage makes the worker
+unready, not dead, since restarting it cannot bring Spark back.
 """
 
 from __future__ import annotations
@@ -118,6 +119,13 @@ def readiness(
         )
     elif not state.get("joined"):
         reasons.append("the worker has not joined its group yet")
+    sink = state.get("sink") or {}
+    if sink.get("failing_since"):
+        reasons.append(
+            f"the sink ({sink.get('where')}) has failed every write since "
+            f"{_at(float(sink['failing_since']))}: {sink.get('last_error')}; retrying, "
+            "nothing committed past what it wrote"
+        )
     return Verdict(
         not reasons,
         reasons or [f"in the group, {len(state.get('assigned', []))} partitions assigned"],

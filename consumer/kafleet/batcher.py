@@ -1,28 +1,36 @@
-"""Grouping handler results into batches per partition, for a sink such as the Spark job.
+"""Cutting a partition's handler results into batches: which results, and when.
 
-Owns: the open batch of each partition and the rules that close it: ``max_records`` results,
-``max_bytes`` of them, or ``linger_s`` since its first result, whichever comes first. Pure
-bookkeeping with the time passed in: no threads, no I/O, so every rule is tested exhaustively.
-A result larger than ``max_bytes`` by itself makes a batch of one rather than being refused.
+Owns: the results of one partition that wait for their batch, kept in offset order whatever
+order their handlers finished in, and the rules that cut a batch. A batch is always a
+contiguous range of the partition's offsets, ``[start, end)``, in which every record is done:
+it takes results only below the *handled mark* (the offset tracker's lowest offset not yet
+done), so batches of one partition never overlap and their last offsets only grow, which is
+what Delta's idempotent writes (``txnVersion``) need. Records that gave no rows (``None``,
+dead-lettered) are covered by the range without appearing in it.
 
-Does not own writing a batch, retrying a failed write, or committing (the sink does; a batch's
-offsets are committed only once it is written). Not wired into the consumer yet: the Spark
-sink that uses it arrives with exactly-once shipping.
+A batch is cut when the ready results (those below the handled mark) reach ``max_records`` or
+``max_bytes``, when the oldest waiting result has lingered ``linger_s``, or at once when the
+caller says it is urgent (a revoke, a shutdown, a paused partition). When no result is ready
+but the handled mark moved, an empty batch moves the range on without a write.
+
+Pure bookkeeping with the time passed in: no threads, no I/O. Does not own writing, retrying
+or committing (``shipping.py``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafleet.record import Record
 
-TP = tuple[str, int]
+Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class BatchBounds:
-    max_records: int = 10_000
+    max_records: int = 5000
     max_bytes: int = 16 * 1024 * 1024
     linger_s: float = 1.0
 
@@ -33,64 +41,91 @@ class BatchBounds:
 
 @dataclass
 class Batch:
-    """Consecutive results of one partition, in the order they were added."""
+    """Results of one partition's offsets ``[start, end)``, in offset order."""
 
     topic: str
     partition: int
-    opened_at: float
+    start: int | None  # None: from wherever this assignment began
+    end: int  # the offset after the range: what may be committed once it is written
     records: list[Record] = field(default_factory=list)
-    results: list[Any] = field(default_factory=list)
+    rows: list[list[Row]] = field(default_factory=list)  # per record, the rows it gave
     size: int = 0
 
     @property
     def first_offset(self) -> int:
-        return min(r.offset for r in self.records)
+        return self.records[0].offset
 
     @property
     def last_offset(self) -> int:
-        return max(r.offset for r in self.records)
+        return self.records[-1].offset
 
     def __len__(self) -> int:
         return len(self.records)
 
 
-class Batcher:
-    def __init__(self, bounds: BatchBounds) -> None:
-        self.bounds = bounds
-        self._open: dict[TP, Batch] = {}
+@dataclass
+class PartitionResults:
+    """One partition's results waiting for their batch."""
 
-    def add(self, record: Record, result: Any, size: int, now: float) -> list[Batch]:
-        """Add one result; return the batches this closed (none, or one, or two when a result
-        does not fit the open batch and fills a new one by itself)."""
-        closed: list[Batch] = []
-        batch = self._open.get(record.tp)
-        if batch is not None and batch.size + size > self.bounds.max_bytes:
-            closed.append(self._close(record.tp))
-            batch = None
-        if batch is None:
-            batch = self._open[record.tp] = Batch(record.topic, record.partition, now)
-        batch.records.append(record)
-        batch.results.append(result)
-        batch.size += size
-        if len(batch) >= self.bounds.max_records or batch.size >= self.bounds.max_bytes:
-            closed.append(self._close(record.tp))
-        return closed
+    topic: str
+    partition: int
+    shipped_to: int | None = None  # where the next batch starts
+    size: int = 0
+    since: float | None = None  # when the oldest waiting result arrived
+    _offsets: list[int] = field(default_factory=list)
+    _entries: dict[int, tuple[Record, list[Row]]] = field(default_factory=dict)
 
-    def due(self, now: float) -> list[Batch]:
-        """Close and return every batch that has lingered ``linger_s`` or longer."""
-        late = [tp for tp, b in self._open.items() if now - b.opened_at >= self.bounds.linger_s]
-        return [self._close(tp) for tp in late]
+    def add(self, record: Record, rows: list[Row], now: float) -> None:
+        if record.offset in self._entries or (
+            self.shipped_to is not None and record.offset < self.shipped_to
+        ):
+            raise ValueError(f"{record} was added twice or after its range was shipped")
+        if self._offsets and record.offset < self._offsets[-1]:
+            insort(self._offsets, record.offset)  # finished out of order (key, unordered)
+        else:
+            self._offsets.append(record.offset)
+        self._entries[record.offset] = (record, rows)
+        self.size += record.size
+        if self.since is None:
+            self.since = now
 
-    def flush(self, tps: list[TP] | None = None) -> list[Batch]:
-        """Close the open batches of these partitions (all if None): a revoke or a shutdown."""
-        chosen = list(self._open) if tps is None else [tp for tp in tps if tp in self._open]
-        return [self._close(tp) for tp in chosen]
+    def __len__(self) -> int:
+        return len(self._offsets)
 
-    def next_deadline(self) -> float | None:
-        """When the oldest open batch will be due, if any is open."""
-        if not self._open:
+    def ready(self, handled: int | None) -> int:
+        """How many waiting results lie below the handled mark."""
+        return 0 if handled is None else bisect_left(self._offsets, handled)
+
+    def cut(
+        self, handled: int | None, bounds: BatchBounds, now: float, urgent: bool = False
+    ) -> Batch | None:
+        """The next batch, taken out of the waiting results, if one is due; else None."""
+        if handled is None or (self.shipped_to is not None and handled <= self.shipped_to):
             return None
-        return min(b.opened_at for b in self._open.values()) + self.bounds.linger_s
+        ready = self.ready(handled)
+        if ready == 0:  # nothing to write below the mark: move the range on
+            return self._take(0, handled, now)
+        lingered = self.since is not None and now - self.since >= bounds.linger_s
+        full = ready >= bounds.max_records or self.size >= bounds.max_bytes
+        if not (urgent or lingered or full):
+            return None
+        count, size = 0, 0
+        while count < min(ready, bounds.max_records) and (count == 0 or size < bounds.max_bytes):
+            size += self._entries[self._offsets[count]][0].size
+            count += 1
+        end = self._offsets[count] if count < ready else handled
+        return self._take(count, end, now)
 
-    def _close(self, tp: TP) -> Batch:
-        return self._open.pop(tp)
+    def _take(self, count: int, end: int, now: float) -> Batch:
+        batch = Batch(self.topic, self.partition, self.shipped_to, end)
+        for offset in self._offsets[:count]:
+            record, rows = self._entries.pop(offset)
+            batch.records.append(record)
+            batch.rows.append(rows)
+            batch.size += record.size
+        del self._offsets[:count]
+        self.size -= batch.size
+        self.shipped_to = end
+        if count:  # the results left behind linger from now (a bound, not their arrival)
+            self.since = now if self._offsets else None
+        return batch

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import confluent_kafka
 
 import kafleet
-from kafleet import sidecar, worker
+from kafleet import sidecar, spark_connect, worker
 
 
 def _version_text() -> str:
@@ -50,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
             "/status and POST /tune, from the worker's state file.",
         )
     )
+    spark_connect.add_arguments(
+        commands.add_parser(
+            "spark-connect",
+            help="run a local Spark Connect server with Delta Lake (development, tests)",
+            description="A Spark Connect server from the pip-installed pyspark, with Delta "
+            "Lake: point spark.remote at sc://localhost:PORT.",
+        )
+    )
     return parser
 
 
@@ -63,5 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker.run(args)
     if args.command == "sidecar":
         return sidecar.run(args)
+    if args.command == "spark-connect":
+        return spark_connect.run(args)
     parser.error(f"unknown command {args.command!r}")  # exits with status 2
     return 2

@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet.security import Security
+from kafleet.spark_config import SparkSettings
 
 Ordering = Literal["partition", "key", "unordered"]
 Guarantee = Literal["at-most-once", "at-least-once", "exactly-once"]
@@ -165,7 +166,7 @@ class ConsumerConfig(BaseSettings):
     guarantee: Guarantee = Field(
         "at-least-once",
         description="commit after the handler (at-least-once), before it (at-most-once), or "
-        "with the sink's output (exactly-once; needs an offset store)",
+        "with the sink's output (exactly-once; needs spark, whose Delta writes are idempotent)",
     )
     commit_interval_ms: int = Field(
         1000, ge=10, le=600_000, description="how often done offsets are committed"
@@ -194,6 +195,9 @@ class ConsumerConfig(BaseSettings):
         ge=0,
         le=600_000,
         description="librdkafka statistics (log-end offsets for lag); 0 turns them off",
+    )
+    spark: SparkSettings | None = Field(
+        None, description="ship handler results in batches to a Spark job (unset: no sink)"
     )
 
     @classmethod
@@ -261,6 +265,12 @@ class ConsumerConfig(BaseSettings):
         explicit = "max_poll_records" in self.model_fields_set  # the default is capped anyway
         if explicit and self.max_poll_records > self.queue.max_records:
             yield "max_poll_records", "must not exceed queue.max_records"
+        if self.spark is not None and self.spark.batch.max_records > self.queue.max_records:
+            yield (
+                "spark.batch.max_records",
+                f"must not exceed queue.max_records ({self.queue.max_records}): results "
+                "waiting for their batch count against the partition's queue",
+            )
 
     @property
     def effective_dead_letter_topic(self) -> str:

@@ -7,7 +7,7 @@ state snapshot. Thin on purpose: the behaviour lives in the modules it wires.
     from kafleet import ParallelConsumer, load_config
 
     def handle(record):               # or: async def handle(record)
-        ...                           # return a value to ship it on (Spark, later)
+        return {"id": ...}            # rows for the Spark job (config.spark), or None
 
     with ParallelConsumer(load_config("worker.yaml"), handle) as consumer:
         consumer.wait()               # until stop() (or SIGTERM, in `kafleet worker`)
@@ -22,12 +22,15 @@ from types import TracebackType
 from typing import Any
 
 from kafleet import assessment
+from kafleet.batcher import BatchBounds
 from kafleet.config import ConsumerConfig
 from kafleet.dead_letter import DeadLetterWriter
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet.executor import Executor, Handler, ResultSink
 from kafleet.offsets import OffsetTracker
 from kafleet.poller import OffsetStore, Poller
+from kafleet.shipping import Backoff, BatchWriter, Shipper
+from kafleet.spark_sink import Job, SparkSink
 from kafleet.state import Stats
 from kafleet.state_file import StatePublisher
 from kafleet.work_queue import WorkQueues
@@ -41,21 +44,34 @@ class ParallelConsumer:
         *,
         on_result: ResultSink | None = None,
         offset_store: OffsetStore | None = None,
+        sink: BatchWriter | None = None,
+        job: Job | None = None,
     ) -> None:
+        """``sink`` writes handler results in batches (default: a ``SparkSink`` when
+        ``config.spark`` is set, running ``job`` if given); ``on_result`` is called with
+        every result instead, and commits do not wait for it."""
+        if sink is None and config.spark is not None:
+            sink = SparkSink(config.spark, config.group_id, job)
+        if offset_store is None and isinstance(sink, SparkSink) and config.spark is not None:
+            offset_store = sink if config.spark.table else None
         if config.guarantee == "exactly-once" and offset_store is None:
             raise ConfigError(
                 [
                     FieldProblem(
                         "guarantee",
-                        "exactly-once needs a sink that stores offsets with "
-                        "its output (an offset_store); none was given",
+                        "exactly-once needs a sink that stores offsets with its output: "
+                        "spark with spark.table (the Delta table its batches go to)",
                     )
                 ]
             )
         self.config = config
         self.stats = Stats()
-        self.offsets = OffsetTracker()
+        self.sink = sink
+        self.offsets = OffsetTracker(gated=sink is not None and config.guarantee != "at-most-once")
         self.queues = WorkQueues(config.queue, config.ordering, config.concurrency)
+        self.shipper = None if sink is None else _shipper(config, sink, self)
+        if self.shipper is not None:
+            on_result = self.shipper.add
         self.dead_letters = (
             DeadLetterWriter(_producer_config(config), config.effective_dead_letter_topic)
             if config.on_failure == "dead-letter"
@@ -64,7 +80,9 @@ class ParallelConsumer:
         self.executor = Executor(
             handler, config, self.queues, self.offsets, self.stats, self.dead_letters, on_result
         )
-        self.poller = Poller(config, self.queues, self.offsets, self.stats, offset_store)
+        self.poller = Poller(
+            config, self.queues, self.offsets, self.stats, offset_store, shipper=self.shipper
+        )
         self.publisher = (
             StatePublisher(
                 Path(config.state_file), config.state_interval_ms / 1000, self.snapshot, self.tune
@@ -79,6 +97,10 @@ class ParallelConsumer:
     def start(self) -> ParallelConsumer:
         if self._thread is not None:
             raise RuntimeError("this ParallelConsumer was started already")
+        if isinstance(self.sink, SparkSink):
+            self.sink.session()  # fail now, clearly, rather than at the first batch
+        if self.shipper is not None:
+            self.shipper.start()
         self.executor.start()
         self._thread = threading.Thread(target=self.poller.run, name="kafleet-poller", daemon=True)
         self._thread.start()
@@ -99,6 +121,10 @@ class ParallelConsumer:
             self.publisher.stop()
             self.publisher = None
         self.executor.stop()
+        if self.shipper is not None:
+            self.shipper.stop()
+        if isinstance(self.sink, SparkSink):
+            self.sink.close()
         if self.dead_letters is not None:
             self.dead_letters.close()
         return True
@@ -161,6 +187,7 @@ class ParallelConsumer:
                         "queued": 0,
                         "queued_bytes": 0,
                         "in_flight": 0,
+                        "held": 0,
                         "paused": False,
                         "stopped": None,
                         "revoking": False,
@@ -182,11 +209,28 @@ class ParallelConsumer:
             "guarantee": self.config.guarantee,
             **self.stats.as_dict(),
         }
+        if self.shipper is not None:
+            sink = self.sink
+            where = sink.where if isinstance(sink, SparkSink) else type(sink).__name__
+            snapshot["sink"] = {"where": where, **self.shipper.snapshot()}
         # The same judgement the sidecar makes, on a state that is fresh by definition.
         now = time.time()
         verdict = assessment.liveness({**snapshot, "written_at": now}, now, started_at=now)
         snapshot["healthy"], snapshot["unhealthy_reasons"] = verdict.ok, verdict.reasons
         return snapshot
+
+
+def _shipper(config: ConsumerConfig, sink: BatchWriter, parts: ParallelConsumer) -> Shipper:
+    spark = config.spark
+    bounds = BatchBounds()
+    writers, backoff = 1, Backoff()
+    if spark is not None:
+        bounds = BatchBounds(
+            spark.batch.max_records, spark.batch.max_bytes, spark.batch.linger_ms / 1000
+        )
+        writers = spark.writers
+        backoff = Backoff(spark.retry_backoff_ms / 1000, spark.max_retry_backoff_ms / 1000)
+    return Shipper(sink, bounds, parts.offsets, parts.queues, parts.stats, writers, backoff)
 
 
 def _producer_config(config: ConsumerConfig) -> dict[str, str | int | float | bool]:

@@ -3,7 +3,9 @@
 Owns: the error tree. ``KafleetError`` is the root; ``ConfigError`` names every offending field
 and why; ``KafkaClientError`` wraps a confluent-kafka ``KafkaError`` once and keeps its
 ``retriable`` and ``fatal`` flags; ``OffsetError`` is an invariant broken in the offset
-tracker (a bug, never a user error); ``HandlerError`` names the record a handler failed on.
+tracker (a bug, never a user error); ``HandlerError`` names the record a handler failed on;
+``ResultError`` names the record whose result a sink cannot take, and why; ``SinkError`` is
+a sink that cannot start or answer (Spark not reachable, no table, ...).
 
 Does not own: deciding what to do about an error (retry, dead-letter, stop); see ``retry.py``
 and ``executor.py``.
@@ -81,3 +83,22 @@ class HandlerError(KafleetError):
             f"handler failed on {topic}[{partition}]@{offset} after {attempts} attempt(s): "
             f"{type(cause).__name__}: {cause}"
         )
+
+
+class ResultError(KafleetError, ValueError):
+    """A handler's result cannot become rows of the sink (wrong type, a field the schema does
+    not have, a value of the wrong type). ``record`` names the record, ``reason`` says why."""
+
+    def __init__(self, record: object, reason: str) -> None:
+        self.record = record
+        self.reason = reason
+        super().__init__(f"result of {record}: {reason}")
+
+
+class SinkError(KafleetError):
+    """The sink cannot start or answer; ``sink`` names it (a Spark master or remote)."""
+
+    def __init__(self, sink: str, reason: str) -> None:
+        self.sink = sink
+        self.reason = reason
+        super().__init__(f"{sink}: {reason}")

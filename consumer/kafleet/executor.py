@@ -135,11 +135,12 @@ class Executor:
             attempt += 1
             try:
                 result = self.handler(record)
+                self._ship(record, result)  # a result the sink cannot take fails the record
             except Exception as exc:  # noqa: BLE001 - any handler failure goes to the policy
                 if self._retry_after(record, attempt, exc):
                     continue
                 return self._give_up(record, attempt, exc)
-            self._succeeded(record, result, time.monotonic() - started)
+            self._succeeded(time.monotonic() - started)
             return True
 
     # -- coroutines -----------------------------------------------------------------------
@@ -163,6 +164,7 @@ class Executor:
             attempt += 1
             try:
                 result = await self.handler(record)
+                self._ship(record, result)
             except Exception as exc:  # noqa: BLE001
                 delay = self._retry_delay(record, attempt, exc)
                 if delay is not None:
@@ -171,7 +173,7 @@ class Executor:
                 if await asyncio.to_thread(self._give_up, record, attempt, exc):
                     self._finish_many([record])
                 return
-            self._succeeded(record, result, time.monotonic() - started)
+            self._succeeded(time.monotonic() - started)
             self._finish_many([record])
             return
 
@@ -199,11 +201,14 @@ class Executor:
             return False
         return not self._stop.wait(delay)  # a stop cuts the wait short and ends the retries
 
-    def _succeeded(self, record: Record, result: Any, seconds: float) -> None:
-        self.stats.observe_latency(seconds)
-        self._latency += (seconds - self._latency) * 0.05  # a moving average, racy but harmless
+    def _ship(self, record: Record, result: Any) -> None:
+        """Hand a result on (to the shipper) before the record is marked done."""
         if self.on_result is not None and result is not None:
             self.on_result(record, result)
+
+    def _succeeded(self, seconds: float) -> None:
+        self.stats.observe_latency(seconds)
+        self._latency += (seconds - self._latency) * 0.05  # a moving average, racy but harmless
 
     def _finish_many(self, records: list[Record]) -> None:
         """Done: the offset tracker learns it, then the queues (see WorkQueues.complete).

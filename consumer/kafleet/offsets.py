@@ -8,6 +8,10 @@ record once every record before it is done too, so a commit never skips unfinish
 
 Thread-safe: the Poller adds records and reads what to commit; Executor threads mark records
 done. Does not own committing (the Poller does) or deciding when (``commit_interval_ms``).
+
+With a sink (``gated``), done is not enough: a record's results must also be written, so
+what may be committed is capped by the end of the last batch written (``ship``), and until a
+partition's first batch is written nothing of it is committed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class PartitionOffsets:
     next_offset: int | None = None  # one past the last record added
     committed: int | None = None  # the highest offset the broker acknowledged
     sent: int | None = None  # the last offset handed to a commit
+    shipped: int | None = None  # gated: the end of the last batch the sink wrote
     _pending: deque[int] = field(default_factory=deque)  # offsets added, in order, not popped
     _open: set[int] = field(default_factory=set)  # offsets added and not yet done
 
@@ -58,6 +63,13 @@ class PartitionOffsets:
             return self._pending[0]
         return self.next_offset
 
+    def commit_point(self, gated: bool) -> int | None:
+        """What may be committed: the lowest offset not done, capped by what was shipped."""
+        done = self.committable()
+        if not gated or done is None or self.shipped is None:
+            return None if gated else done
+        return min(done, self.shipped)
+
     def mark_sent(self, offset: int) -> None:
         """A commit of ``offset`` is being sent: it must never be below an earlier one."""
         if self.sent is not None and offset < self.sent:
@@ -74,7 +86,8 @@ class PartitionOffsets:
 class OffsetTracker:
     """Every assigned partition's :class:`PartitionOffsets`, behind one lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, gated: bool = False) -> None:
+        self.gated = gated  # a sink writes the results: commit only what it wrote
         self._lock = threading.Lock()
         self._partitions: dict[TopicPartitionKey, PartitionOffsets] = {}
 
@@ -114,6 +127,22 @@ class OffsetTracker:
                 if partition is not None:
                     partition.done(offset)
 
+    def handled(self, tp: TopicPartitionKey) -> int | None:
+        """The lowest offset of ``tp`` not yet done (None: nothing added, or not assigned)."""
+        with self._lock:
+            partition = self._partitions.get(tp)
+            return None if partition is None else partition.committable()
+
+    def ship(self, tp: TopicPartitionKey, end: int) -> None:
+        """The sink wrote ``tp``'s results below ``end``: they may be committed."""
+        with self._lock:
+            partition = self._partitions.get(tp)
+            if partition is None:
+                return
+            if partition.shipped is not None and end < partition.shipped:
+                raise OffsetError(f"{tp} shipped to {end} after {partition.shipped}")
+            partition.shipped = end
+
     def to_commit(
         self, partitions: set[TopicPartitionKey] | None = None
     ) -> dict[TopicPartitionKey, int]:
@@ -127,7 +156,7 @@ class OffsetTracker:
             )
             result = {}
             for tp, part in chosen.items():
-                offset = part.committable()
+                offset = part.commit_point(self.gated)
                 if offset is not None and (part.committed is None or offset > part.committed):
                     part.mark_sent(offset)
                     result[tp] = offset

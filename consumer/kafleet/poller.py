@@ -10,8 +10,9 @@ commits of what the offset tracker says is done; the rebalance callbacks (they r
 Rebalances (cooperative-sticky or KIP-848): on revoke, only the revoked partitions stop: their
 queued records are dropped, their in-flight records get ``drain_timeout_s`` to finish, their
 done offsets are committed synchronously, then they are forgotten. Other partitions' records
-keep running on the Executor's threads meanwhile. On lost, nothing is committed. On assign, an
-``OffsetStore`` (exactly-once sinks) may say where to start.
+keep running on the Executor's threads meanwhile. With a sink, the revoked partitions' done
+results are written within the same deadline before the commit. On lost, nothing is
+committed. On assign, an ``OffsetStore`` (exactly-once sinks) may say where to start.
 
 Does not own running handlers (``executor.py``) or the wiring (``consumer.py``).
 """
@@ -22,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -38,9 +39,24 @@ log = logging.getLogger(__name__)
 
 
 class OffsetStore(Protocol):
-    """A sink that stores offsets with its output (exactly-once) says where to resume."""
+    """A sink that stores offsets with its output (exactly-once) says where to resume: for
+    each partition it holds output of, the offset after the last record it holds."""
 
     def stored_offsets(self, partitions: list[TP]) -> dict[TP, int]: ...
+
+
+class ResultShipper(Protocol):
+    """What the Poller asks of the shipper (``shipping.py``) on rebalances and shutdown."""
+
+    def assign(self, tps: Iterable[TP]) -> None: ...
+
+    def drain(self, tps: list[TP], timeout: float) -> bool: ...
+
+    def remove(self, tps: Iterable[TP]) -> None: ...
+
+    def close_intake(self) -> None: ...
+
+    def settled(self) -> bool: ...
 
 
 class Poller:
@@ -52,12 +68,14 @@ class Poller:
         stats: Stats,
         offset_store: OffsetStore | None = None,
         consumer_factory: Callable[[dict[str, object]], Consumer] = Consumer,
+        shipper: ResultShipper | None = None,
     ) -> None:
         self.config = config
         self.queues = queues
         self.offsets = offsets
         self.stats = stats
         self.offset_store = offset_store
+        self.shipper = shipper
         self.max_poll_records = config.max_poll_records  # tunable live: a plain int write
         self._consumer_factory = consumer_factory
         self._consumer: Consumer | None = None
@@ -123,7 +141,11 @@ class Poller:
         if not self._closing:
             self._closing = True
             self._pause(self.assignment)  # stop intake; keep polling so we stay in the group
-        idle = self.queues.wait_all_idle(timeout=0)
+            if self.shipper is not None:
+                self.shipper.close_intake()
+        idle = self.queues.wait_all_idle(timeout=0) and (
+            self.shipper is None or self.shipper.settled()
+        )
         return idle or time.monotonic() >= self._drain_deadline
 
     def _poll_once(self) -> None:
@@ -260,20 +282,36 @@ class Poller:
         self.queues.assign(tps)
         for tp in tps:
             self.offsets.assign(tp)
+        if self.shipper is not None:
+            self.shipper.assign(tps)
         self._assigned.update(tps)
         self.joined = True
         self.stats.add(assigned=len(tps), rebalances=1)
         log.info("assigned %s", tps)
         if self.offset_store is not None and tps:
-            stored = self.offset_store.stored_offsets(tps)
-            consumer.incremental_assign(
-                [
-                    TopicPartition(t, p, stored.get((t, p), tp.offset))
-                    for (t, p), tp in zip(tps, partitions, strict=True)
-                ]
-            )
+            consumer.incremental_assign(self._resume_points(consumer, tps))
         if self._closing:
             self._pause(tps)
+
+    def _resume_points(self, consumer: Consumer, tps: list[TP]) -> list[TopicPartition]:
+        """Exactly-once: where each partition resumes. The sink's output wins where it is
+        ahead of the committed offset (it was written, and the commit after it was not)."""
+        assert self.offset_store is not None
+        stored = self.offset_store.stored_offsets(tps)
+        asked = [TopicPartition(t, p) for t, p in stored]
+        committed = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in (consumer.committed(asked, timeout=30) if asked else [])
+        }
+        points = []
+        for tp in tps:
+            offset = stored.get(tp)
+            if offset is not None and offset > committed.get(tp, -1):
+                log.info("%s[%d] resumes at %d, after the sink's output", *tp, offset)
+                points.append(TopicPartition(*tp, offset))
+            else:
+                points.append(TopicPartition(*tp))  # the committed offset, or the reset policy
+        return points
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         started = time.monotonic()
@@ -293,6 +331,9 @@ class Poller:
             else self.config.drain_timeout_s
         )
         drained = self.queues.wait_idle(tps, timeout=wait)
+        if self.shipper is not None:  # write what is done, so the next owner need not redo it
+            remaining = max(0.0, started + wait - time.monotonic())
+            drained = self.shipper.drain(tps, remaining) and drained
         committed = self._commit(set(tps), asynchronous=False)
         self._forget(tps)
         seconds = time.monotonic() - started
@@ -319,6 +360,8 @@ class Poller:
             self.offsets.remove(tp)
             self._assigned.discard(tp)
         self.queues.remove(tps)
+        if self.shipper is not None:
+            self.shipper.remove(tps)
 
     # -- close ----------------------------------------------------------------------------------
 

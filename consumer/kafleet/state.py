@@ -65,6 +65,11 @@ class Stats:
     commit_seconds_sum: float = 0.0
     commit_seconds_count: int = 0
     started: float = field(default_factory=time.monotonic)
+    sink_batches: int = 0  # batches the sink wrote
+    sink_records: int = 0  # records whose results they held
+    sink_rows: int = 0
+    sink_write_failures: int = 0  # failed attempts (each is retried)
+    sink_write_seconds_sum: float = 0.0
     fatal_error: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -83,6 +88,13 @@ class Stats:
         with self._lock:
             self.commit_seconds_sum += seconds
             self.commit_seconds_count += 1
+
+    def observe_write(self, seconds: float, records: int, rows: int) -> None:
+        with self._lock:
+            self.sink_batches += 1
+            self.sink_records += records
+            self.sink_rows += rows
+            self.sink_write_seconds_sum += seconds
 
     def observe_revoke(
         self, started: float, seconds: float, tps: list[tuple[str, int]], timed_out: bool
@@ -124,6 +136,11 @@ class Stats:
                     "count": self.commit_seconds_count,
                 },
                 "revoke_drain_seconds_sum": sum(seconds for _, seconds, _ in self.revokes),
+                "sink_batches": self.sink_batches,
+                "sink_records": self.sink_records,
+                "sink_rows": self.sink_rows,
+                "sink_write_failures": self.sink_write_failures,
+                "sink_write_seconds_sum": self.sink_write_seconds_sum,
                 "uptime_seconds": time.monotonic() - self.started,
                 "fatal_error": self.fatal_error,
             }

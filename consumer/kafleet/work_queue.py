@@ -10,6 +10,9 @@ work is chosen); the concurrency limit; and waiting for a partition's in-flight 
 
 Thread-safe. Does not own running handlers (``executor.py``) or offsets (``offsets.py``).
 
+Results a sink has not written yet are *held* against their partition's bounds (``hold``,
+``unhold``), so a slow sink fills the queues and pauses partitions instead of growing memory.
+
 The record bound is strict: the Poller asks :meth:`WorkQueues.poll_capacity` how many records
 it may take in one poll, which is at most the room left in the fullest unpaused queue, so no
 queue ever holds more than ``max_records``. The byte bound may be passed by one poll's records.
@@ -48,6 +51,8 @@ class _Partition:
     queued: int = 0
     queued_bytes: int = 0
     in_flight: int = 0
+    held: int = 0  # results done and waiting for the sink
+    held_bytes: int = 0
     paused: bool = False
     closed: bool = False  # revoked, lost or stopped: nothing more is dispatched
     stopped_reason: str | None = None
@@ -143,7 +148,7 @@ class WorkQueues:
         """How many records the next poll may take without overfilling an unpaused queue."""
         with self._lock:
             room = [
-                self.bounds.max_records - p.queued
+                self.bounds.max_records - p.queued - p.held
                 for p in self._partitions.values()
                 if not p.paused and not p.closed
             ]
@@ -167,11 +172,12 @@ class WorkQueues:
                     pause.append(tp)
                 if p.closed:
                     continue
-                full = p.queued >= high_records or p.queued_bytes >= self.bounds.max_bytes
+                records, size = p.queued + p.held, p.queued_bytes + p.held_bytes
+                full = records >= high_records or size >= self.bounds.max_bytes
                 if not p.paused and full:
                     p.paused = True
                     pause.append(tp)
-                elif p.paused and p.queued <= low_records and p.queued_bytes <= low_bytes:
+                elif p.paused and records <= low_records and size <= low_bytes:
                     p.paused = False
                     resume.append(tp)
         return pause, resume
@@ -283,6 +289,25 @@ class WorkQueues:
         if part.closed and not part.in_flight:
             self._idle.notify_all()
 
+    def hold(self, tp: TP, records: int, size: int) -> None:
+        """Results of ``tp`` wait for the sink: count them against its bounds."""
+        self._adjust_held(tp, records, size)
+
+    def unhold(self, tp: TP, records: int, size: int) -> None:
+        """The sink wrote (or dropped) results of ``tp``: they no longer count."""
+        self._adjust_held(tp, -records, -size)
+
+    def _adjust_held(self, tp: TP, records: int, size: int) -> None:
+        with self._lock:
+            part = self._partitions.get(tp)
+            if part is not None:
+                part.held = max(0, part.held + records)
+                part.held_bytes = max(0, part.held_bytes + size)
+
+    def is_paused(self, tp: TP) -> bool:
+        part = self._partitions.get(tp)
+        return part is not None and part.paused
+
     def stop_partition(self, tp: TP, reason: str) -> None:
         """Stop dispatching a partition for good (its failure policy says stop)."""
         with self._lock:
@@ -330,6 +355,7 @@ class WorkQueues:
                     "queued": p.queued,
                     "queued_bytes": p.queued_bytes,
                     "in_flight": p.in_flight,
+                    "held": p.held,
                     "paused": p.paused,
                     "stopped": p.stopped_reason,
                     "revoking": p.closed and p.stopped_reason is None,

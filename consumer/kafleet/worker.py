@@ -10,12 +10,12 @@ config-file watch for live tuning. Does not own any consumer behaviour (``consum
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import signal
 import sys
 import types
+import typing
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from kafleet.config import ConsumerConfig, load_config
 from kafleet.consumer import ParallelConsumer
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet.executor import Handler
+from kafleet.imports import import_reference
 from kafleet.live_config import ConfigWatcher
 
 log = logging.getLogger("kafleet.worker")
@@ -35,9 +36,14 @@ def _scalar_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[s
     """(dotted field name, help) for every settable scalar field, nested models included."""
     for name, info in model.model_fields.items():
         annotation = info.annotation
+        optional = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(optional) == 1 and isinstance(optional[0], type):  # spark: SparkSettings | None
+            annotation = optional[0]
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             yield from _scalar_fields(annotation, f"{prefix}{name}.")
-        elif name != "kafka" and "SecretStr" not in str(annotation):
+        elif typing.get_origin(annotation) is dict:
+            continue  # kafka, spark.conf: the file or KAFLEET_* (and --kafka P=V) set them
+        elif "SecretStr" not in str(annotation):
             # No flags for secrets: a command line is visible to every process on the host.
             yield f"{prefix}{name}", info.description or ""
 
@@ -83,20 +89,8 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def import_handler(reference: str) -> Handler:
-    """``package.module:function`` -> the function (the working directory is importable)."""
-    module_name, sep, attr = reference.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError([FieldProblem("handler", f"expected module:function, got {reference!r}")])
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError([FieldProblem("handler", f"cannot import {module_name}: {exc}")]) from exc
-    handler = getattr(module, attr, None)
-    if not callable(handler):
-        raise ConfigError([FieldProblem("handler", f"{module_name} has no function {attr!r}")])
-    return handler  # type: ignore[no-any-return]
+    """``package.module:function`` -> the handler (the working directory is importable)."""
+    return import_reference(reference, "handler")
 
 
 def run(args: argparse.Namespace) -> int:

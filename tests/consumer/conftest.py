@@ -6,13 +6,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import pytest
 
-from kafleet import ConsumerConfig, ParallelConsumer, Record, load_config
+from kafleet import Record
 from tests.infra.records import record_number
 
 
@@ -92,43 +91,3 @@ class Journal:
 @pytest.fixture
 def journal() -> Journal:
     return Journal()
-
-
-class ConfigFactory(Protocol):
-    def __call__(self, topic: str, group: str | None = None, **fields: Any) -> ConsumerConfig: ...
-
-
-@pytest.fixture
-def consumer_config(kafka: str, group_id: Callable[[], str]) -> ConfigFactory:
-    """``consumer_config(topic, **fields)``: a validated config for the session's broker."""
-
-    def make(topic: str, group: str | None = None, **fields: Any) -> ConsumerConfig:
-        base: dict[str, Any] = {
-            "bootstrap_servers": kafka,
-            "group_id": group or group_id(),
-            "topics": [topic],
-            "commit_interval_ms": 200,
-            "drain_timeout_s": 10.0,
-            "shutdown_grace_s": 20.0,
-            "kafka": {"topic.metadata.refresh.interval.ms": 1000},
-        }
-        return load_config(None, {**base, **fields})
-
-    return make
-
-
-@pytest.fixture
-def start_consumer() -> Iterator[Callable[..., ParallelConsumer]]:
-    """``start_consumer(config, handler, **kwargs)``: started now, closed after the test."""
-    started: list[ParallelConsumer] = []
-
-    def start(config: ConsumerConfig, handler: Any, **kwargs: Any) -> ParallelConsumer:
-        consumer = ParallelConsumer(config, handler, **kwargs).start()
-        started.append(consumer)
-        return consumer
-
-    yield start
-    for consumer in started:
-        consumer.stop(grace_s=5)
-    for consumer in started:
-        consumer.wait(timeout=30)

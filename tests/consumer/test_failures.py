@@ -12,8 +12,8 @@ from pathlib import Path
 from confluent_kafka import Consumer
 
 from kafleet import ParallelConsumer, Record
-from tests.conftest import TopicFactory
-from tests.consumer.conftest import ConfigFactory, Journal
+from tests.conftest import ConfigFactory, TopicFactory
+from tests.consumer.conftest import Journal
 from tests.infra import kafka as kafka_infra
 from tests.infra.records import ProduceReport, record_number
 from tests.infra.waiting import wait_until

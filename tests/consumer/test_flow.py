@@ -12,8 +12,8 @@ from pathlib import Path
 
 from kafleet import ParallelConsumer, Record, load_config
 from kafleet.live_config import ConfigWatcher
-from tests.conftest import TopicFactory
-from tests.consumer.conftest import ConfigFactory, Journal
+from tests.conftest import ConfigFactory, TopicFactory
+from tests.consumer.conftest import Journal
 from tests.infra.records import ProduceReport
 from tests.infra.waiting import wait_until
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from kafleet import ParallelConsumer, Record
-from tests.conftest import TopicFactory
-from tests.consumer.conftest import ConfigFactory, Journal
+from tests.conftest import ConfigFactory, TopicFactory
+from tests.consumer.conftest import Journal
 from tests.infra.records import ProduceReport
 from tests.infra.waiting import wait_until
 

@@ -4,7 +4,10 @@ Owns: fetching Delta's two jars (``delta-spark_4.2_2.13`` and ``delta-storage``,
 transitive dependencies, which would put a second Jackson, Hadoop and Scala on Spark's class
 path) from Maven Central with ``mvn`` into ``.cache/spark/delta-<version>/``, and building a
 local ``SparkSession`` with Delta's SQL extension and catalog, sized for a 2-core machine.
-Does not own any job: kafleet's Spark sink builds its own sessions.
+Also starts real Spark Connect servers (``kafleet spark-connect``, on a free port, its
+scratch space in the test run's folder so a killed session's server is reaped) for the tests
+of remote sinks and Spark outages. Does not own any job: kafleet's Spark sink builds its own
+sessions.
 
     python -m tests.infra.spark jars   # what `make test` runs first; prints the jar folder
 """
@@ -12,12 +15,16 @@ Does not own any job: kafleet's Spark sink builds its own sessions.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tests.infra.kafka import REPO_ROOT, TestbedError
+from tests.infra import processes
+from tests.infra.kafka import REPO_ROOT, TestbedError, free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,6 +88,70 @@ def local_session(app: str = "kafleet-tests") -> SparkSession:
         .config("spark.driver.memory", "1g")
         .getOrCreate()
     )
+
+
+@dataclass
+class ConnectServer:
+    """A Spark Connect server with Delta Lake, started by :func:`start_connect`."""
+
+    port: int
+    workdir: Path
+    pid: int | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://localhost:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "spark-connect.log"
+
+    def start(self, timeout: float = 120.0) -> ConnectServer:
+        """Start (or start again, on the same port) and wait until it takes connections."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "kafleet",
+            "spark-connect",
+            "--port",
+            str(self.port),
+            "--master",
+            "local[2]",
+            "--jars",
+            str(JARS),
+            "--conf",
+            f"spark.local.dir={self.workdir / 'scratch'}",  # names the run folder: reapable
+            "--conf",
+            "spark.driver.memory=1g",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            "--conf",
+            "spark.databricks.delta.snapshotPartitions=2",
+        ]
+        delta_jars()
+        self.pid = processes.spawn(cmd, self.log_path)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not processes.alive(self.pid):
+                raise TestbedError(f"Spark Connect exited; see {self.log_path}")
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            time.sleep(0.2)
+        raise TestbedError(f"Spark Connect did not listen within {timeout:g} s: {self.log_path}")
+
+    def kill(self) -> None:
+        processes.kill(self.pid)
+        self.pid = None
+
+    def stop(self) -> None:
+        processes.stop(self.pid, timeout=15)
+        self.pid = None
+
+
+def start_connect(workdir: Path) -> ConnectServer:
+    return ConnectServer(free_port(), workdir).start()
 
 
 if __name__ == "__main__":

@@ -1,90 +1,170 @@
-"""Results are grouped per partition into batches bounded by records, bytes and linger time."""
+"""A partition's results are cut into contiguous batches of done offsets, by records, bytes
+and linger time."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafleet.batcher import BatchBounds, Batcher
+from kafleet.batcher import BatchBounds, PartitionResults
 from kafleet.record import Record
 
 
-def rec(partition: int, offset: int) -> Record:
-    return Record("orders", partition, offset, None, None)
+def rec(offset: int, size: int = 10) -> Record:
+    return Record("orders", 0, offset, None, b"x" * size)
 
 
-def test_a_batch_closes_at_its_record_bound() -> None:
-    batcher = Batcher(BatchBounds(max_records=3, max_bytes=10**6, linger_s=60))
-
-    closed = [b for i in range(7) for b in batcher.add(rec(0, i), i, 10, now=0)]
-
-    assert [[r.offset for r in b.records] for b in closed] == [[0, 1, 2], [3, 4, 5]]
-    assert [(b.first_offset, b.last_offset) for b in closed] == [(0, 2), (3, 5)]
+def results(*offsets: int, size: int = 10) -> PartitionResults:
+    part = PartitionResults("orders", 0)
+    for offset in offsets:
+        part.add(rec(offset, size), [{"n": offset}], now=0)
+    return part
 
 
-def test_a_result_that_does_not_fit_closes_the_open_batch_first() -> None:
-    batcher = Batcher(BatchBounds(max_records=100, max_bytes=100, linger_s=60))
-    batcher.add(rec(0, 0), "a", 60, now=0)
-
-    closed = batcher.add(rec(0, 1), "b", 60, now=0)
-
-    assert [b.results for b in closed] == [["a"]]
-    assert [b.results for b in batcher.flush()] == [["b"]]
+BIG = BatchBounds(max_records=100, max_bytes=10**6, linger_s=60)
 
 
-def test_a_result_larger_than_the_byte_bound_makes_a_batch_of_one() -> None:
-    batcher = Batcher(BatchBounds(max_records=100, max_bytes=100, linger_s=60))
+def test_a_batch_is_cut_at_its_record_bound() -> None:
+    part = results(*range(7))
 
-    closed = batcher.add(rec(0, 0), "huge", 500, now=0)
+    first = part.cut(7, BatchBounds(max_records=3, max_bytes=10**6, linger_s=60), now=0)
 
-    assert [(len(b), b.size) for b in closed] == [(1, 500)]
-
-
-def test_a_batch_closes_after_lingering_and_partitions_batch_apart() -> None:
-    batcher = Batcher(BatchBounds(max_records=100, max_bytes=10**6, linger_s=1.0))
-    batcher.add(rec(0, 0), 0, 1, now=10.0)
-    batcher.add(rec(1, 0), 0, 1, now=10.5)
-
-    assert batcher.next_deadline() == 11.0
-    assert batcher.due(now=10.9) == []
-    assert [b.partition for b in batcher.due(now=11.0)] == [0]
-    assert [b.partition for b in batcher.due(now=11.6)] == [1]
-    assert batcher.next_deadline() is None
+    assert first is not None
+    assert [r.offset for r in first.records] == [0, 1, 2]
+    assert (first.start, first.end) == (None, 3)
+    assert part.shipped_to == 3
+    assert len(part) == 4
 
 
-def test_flushing_a_revoked_partition_leaves_the_others_open() -> None:
-    batcher = Batcher(BatchBounds(linger_s=60))
-    batcher.add(rec(0, 0), 0, 1, now=0)
-    batcher.add(rec(1, 0), 0, 1, now=0)
-
-    assert [b.partition for b in batcher.flush([("orders", 1)])] == [1]
-    assert [b.partition for b in batcher.flush()] == [0]
+def test_nothing_is_cut_before_a_bound_is_reached() -> None:
+    assert results(0, 1).cut(2, BIG, now=1) is None
 
 
-def test_bounds_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="positive"):
-        BatchBounds(max_records=0)
+def test_a_lingering_result_cuts_the_batch() -> None:
+    part = results(0, 1)
+
+    batch = part.cut(2, BIG, now=60)
+
+    assert batch is not None
+    assert [r.offset for r in batch.records] == [0, 1]
+    assert batch.end == 2
+    assert part.since is None
+
+
+def test_urgent_cuts_whatever_is_ready() -> None:
+    batch = results(0).cut(1, BIG, now=0, urgent=True)
+
+    assert batch is not None
+    assert len(batch) == 1
+
+
+def test_results_above_the_handled_mark_wait_for_the_records_before_them() -> None:
+    part = results(0, 2, 3)  # offset 1 is still in its handler
+
+    batch = part.cut(1, BIG, now=0, urgent=True)
+
+    assert batch is not None
+    assert [r.offset for r in batch.records] == [0]
+    assert batch.end == 1
+    assert len(part) == 2
+    assert part.cut(1, BIG, now=0, urgent=True) is None
+
+
+def test_results_finished_out_of_order_are_written_in_offset_order() -> None:
+    part = PartitionResults("orders", 0)
+    for offset in (4, 1, 3, 0, 2):
+        part.add(rec(offset), [{"n": offset}], now=0)
+
+    batch = part.cut(5, BIG, now=0, urgent=True)
+
+    assert batch is not None
+    assert [r.offset for r in batch.records] == [0, 1, 2, 3, 4]
+    assert batch.rows == [[{"n": n}] for n in range(5)]
+
+
+def test_records_that_gave_no_rows_move_the_range_on_without_a_write() -> None:
+    part = PartitionResults("orders", 0)
+
+    batch = part.cut(40, BIG, now=0)
+
+    assert batch is not None
+    assert len(batch) == 0
+    assert batch.end == 40
+    assert part.cut(40, BIG, now=0) is None
+
+
+def test_a_gap_after_the_last_result_is_covered_by_its_batch() -> None:
+    batch = results(5).cut(9, BIG, now=0, urgent=True)
+
+    assert batch is not None
+    assert batch.end == 9
+    assert batch.last_offset == 5
+
+
+def test_the_byte_bound_cuts_early_and_a_huge_result_makes_a_batch_of_one() -> None:
+    part = results(0, 1, 2, size=600)
+
+    batch = part.cut(3, BatchBounds(max_records=100, max_bytes=1000, linger_s=60), now=0)
+
+    assert batch is not None
+    assert [r.offset for r in batch.records] == [0, 1]
+    huge = results(0, size=5000).cut(1, BatchBounds(max_bytes=1000), now=0)
+    assert huge is not None
+    assert len(huge) == 1
+
+
+def test_a_record_is_refused_twice_or_behind_its_shipped_range() -> None:
+    part = results(0)
+    with pytest.raises(ValueError, match="added twice"):
+        part.add(rec(0), [], now=0)
+    part.cut(1, BIG, now=0, urgent=True)
+    with pytest.raises(ValueError, match="after its range was shipped"):
+        part.add(rec(0), [], now=0)
 
 
 @given(
-    sizes=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 300)), max_size=200),
-    max_records=st.integers(1, 20),
-    max_bytes=st.integers(1, 1000),
+    finished=st.permutations(list(range(40))),
+    bounds=st.builds(
+        BatchBounds,
+        max_records=st.integers(1, 12),
+        max_bytes=st.integers(1, 200),
+        linger_s=st.sampled_from([0.0, 5.0, 60.0]),
+    ),
+    no_rows=st.sets(st.integers(0, 39)),
+    data=st.data(),
 )
-def test_every_result_lands_in_exactly_one_batch_in_order_and_within_bounds(
-    sizes: list[tuple[int, int]], max_records: int, max_bytes: int
+def test_batches_cover_every_offset_once_in_order_whatever_the_completion_order(
+    finished: list[int], bounds: BatchBounds, no_rows: set[int], data: st.DataObject
 ) -> None:
-    batcher = Batcher(BatchBounds(max_records=max_records, max_bytes=max_bytes, linger_s=60))
-    closed = []
-    for offset, (partition, size) in enumerate(sizes):
-        closed += batcher.add(rec(partition, offset), offset, size, now=0)
-    closed += batcher.flush()
+    part = PartitionResults("orders", 0)
+    done: set[int] = set()
+    batches = []
+    now = 0.0
+    for offset in finished:
+        done.add(offset)
+        if offset not in no_rows:
+            part.add(rec(offset), [{"n": offset}], now)
+        handled = next(o for o in range(41) if o not in done)  # the offset tracker's mark
+        now += data.draw(st.sampled_from([0.0, 1.0, 10.0]))
+        while (
+            batch := part.cut(handled, bounds, now, urgent=data.draw(st.booleans()))
+        ) is not None:
+            batches.append(batch)
+    while (batch := part.cut(40, bounds, now, urgent=True)) is not None:
+        batches.append(batch)
 
-    offsets = sorted(r.offset for b in closed for r in b.records)
-    assert offsets == list(range(len(sizes)))
-    for batch in closed:
-        assert {r.partition for r in batch.records} == {batch.partition}
-        assert [r.offset for r in batch.records] == sorted(r.offset for r in batch.records)
-        assert 1 <= len(batch) <= max_records
-        assert batch.size <= max_bytes or len(batch) == 1
+    ends = [b.end for b in batches]
+    assert ends == sorted(set(ends))
+    assert ends[-1] == 40
+    for before, after in itertools.pairwise(batches):
+        assert after.start == before.end  # contiguous ranges
+    written = [r.offset for b in batches for r in b.records]
+    assert written == sorted(set(range(40)) - no_rows)
+    for batch in batches:
+        assert all((batch.start or 0) <= r.offset < batch.end for r in batch.records)
+        assert len(batch) <= bounds.max_records
+    assert len(part) == 0
+    assert part.size == 0

@@ -1,0 +1,275 @@
+"""Shipping handler results to a sink in batches, committing only what the sink wrote.
+
+Owns: the results waiting for their batch, per assigned partition (``batcher.py`` decides what
+a batch is and when it is due); the writer threads, which write a partition's batches one at a
+time and in order, different partitions side by side; retrying a failed write with backoff
+for as long as the partition is assigned (a sink outage loses nothing and commits nothing
+past what was written); telling the offset tracker where each written batch ends (its commit
+point); holding waiting results against their partition's queue bounds, so a slow sink pauses
+partitions instead of growing memory; draining revoked partitions; the sink's health.
+
+A result that cannot be written (it does not fit the table: ``ResultError``) is not an
+outage: its partition stops, with the record named, and the other partitions flow on.
+
+Does not own what a batch becomes (the writer: ``spark_sink.py``), nor committing
+(``poller.py``). Lock order: the shipper's lock, then the queues' or the offsets'.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kafleet.batcher import Batch, BatchBounds, PartitionResults, Row
+from kafleet.errors import ResultError
+from kafleet.offsets import OffsetTracker
+from kafleet.record import Record
+from kafleet.state import Stats
+from kafleet.work_queue import TP, WorkQueues
+
+log = logging.getLogger(__name__)
+IDLE_WAIT_S = 0.02  # how often a writer looks for due batches when nothing woke it
+
+
+class BatchWriter(Protocol):
+    """A sink: turns a handler result into rows, and writes a batch or raises."""
+
+    def rows(self, record: Record, result: Any) -> list[Row]: ...
+
+    def write(self, batch: Batch) -> None: ...
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial_s: float = 0.5
+    max_s: float = 30.0
+
+    def after(self, attempt: int) -> float:
+        return float(min(self.max_s, self.initial_s * 2 ** min(attempt - 1, 30)))
+
+
+class Shipper:
+    def __init__(
+        self,
+        writer: BatchWriter,
+        bounds: BatchBounds,
+        offsets: OffsetTracker,
+        queues: WorkQueues,
+        stats: Stats,
+        writers: int = 1,
+        backoff: Backoff = Backoff(),
+    ) -> None:
+        self.writer = writer
+        self.bounds = bounds
+        self.offsets = offsets
+        self.queues = queues
+        self.stats = stats
+        self.backoff = backoff
+        self._cond = threading.Condition()
+        self._parts: dict[TP, PartitionResults] = {}
+        self._busy: set[TP] = set()
+        self._urgent: set[TP] = set()
+        self._closing = False  # shutting down: every ready result is urgent
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"kafleet-shipper-{i}", daemon=True)
+            for i in range(writers)
+        ]
+        self.failing_since: float | None = None  # epoch seconds of the first failed attempt
+        self.last_error: str | None = None
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def close_intake(self) -> None:
+        """Shutting down: write whatever is ready now, lingering no more."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the writers; a write in progress ends its attempt, nothing more is retried."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # -- partitions (the Poller's thread) -------------------------------------------------
+
+    def assign(self, tps: Iterable[TP]) -> None:
+        with self._cond:
+            for tp in tps:
+                self._parts[tp] = PartitionResults(*tp)
+                self._urgent.discard(tp)
+
+    def drain(self, tps: list[TP], timeout: float) -> bool:
+        """Write the ready results of partitions being revoked; wait for their writes, up to
+        ``timeout``. False if time ran out (their unwritten results are not committed)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._urgent.update(tps)
+            self._cond.notify_all()
+            while not all(self._settled(tp) for tp in tps):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    busy = [tp for tp in tps if tp in self._busy]
+                    if busy:
+                        log.warning("writes of %s still running after the drain deadline", busy)
+                    return False
+                self._cond.wait(min(remaining, IDLE_WAIT_S))
+        return True
+
+    def remove(self, tps: Iterable[TP]) -> None:
+        """Forget partitions (revoked or lost): their waiting results are dropped."""
+        with self._cond:
+            for tp in tps:
+                self._parts.pop(tp, None)
+                self._urgent.discard(tp)
+
+    def settled(self) -> bool:
+        """Nothing ready is left unwritten and no write is running (for shutdown)."""
+        with self._cond:
+            return all(self._settled(tp) for tp in self._parts)
+
+    def _settled(self, tp: TP) -> bool:
+        part = self._parts.get(tp)
+        if part is None:
+            return tp not in self._busy
+        handled = self.offsets.handled(tp)
+        moved = handled is not None and (part.shipped_to is None or handled > part.shipped_to)
+        return tp not in self._busy and not moved
+
+    # -- results (Executor threads) --------------------------------------------------------
+
+    def add(self, record: Record, result: Any) -> None:
+        """Take a handler's result for ``record``; it must come before the record is marked
+        done. Raises ``ResultError`` if the result cannot become rows."""
+        rows = self.writer.rows(record, result)
+        with self._cond:
+            part = self._parts.get(record.tp)
+            if part is None or not self.queues.is_open(record.tp):
+                return  # revoked meanwhile: the next owner processes it again
+            try:
+                part.add(record, rows, time.monotonic())
+            except ValueError:  # the same offset again (a redelivery overlapping a revoke)
+                log.debug("dropped a second result for %s", record)
+                return
+            self.queues.hold(record.tp, 1, record.size)
+
+    # -- the writers ----------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                job = self._next_batch()
+                if job is None:
+                    self._cond.wait(IDLE_WAIT_S)
+                    continue
+            part, batch = job
+            written = self._write(part, batch)
+            with self._cond:
+                tp = (batch.topic, batch.partition)
+                self._busy.discard(tp)
+                if written and self._parts.get(tp) is part:
+                    self.offsets.ship(tp, batch.end)
+                self.queues.unhold(tp, len(batch), batch.size)
+                self._cond.notify_all()
+
+    def _next_batch(self) -> tuple[PartitionResults, Batch] | None:
+        """The next due batch of a partition no writer holds; empty batches (ranges that
+        gave no rows) are shipped on the spot."""
+        now = time.monotonic()
+        for tp, part in list(self._parts.items()):
+            if tp in self._busy:
+                continue
+            urgent = self._closing or tp in self._urgent or self.queues.is_paused(tp)
+            while (batch := part.cut(self.offsets.handled(tp), self.bounds, now, urgent)) and (
+                not batch.records
+            ):
+                self.offsets.ship(tp, batch.end)
+                self._cond.notify_all()
+            if batch is not None:
+                self._busy.add(tp)
+                # round robin: the next search starts after this partition
+                self._parts[tp] = self._parts.pop(tp)
+                return part, batch
+        return None
+
+    def _write(self, part: PartitionResults, batch: Batch) -> bool:
+        """Write until it succeeds; False if the partition went away or the shipper stopped."""
+        tp = (batch.topic, batch.partition)
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.monotonic()
+            try:
+                self.writer.write(batch)
+            except ResultError as exc:  # the data, not the sink: retrying cannot help
+                self._reject(tp, batch, exc)
+                return False
+            except Exception as exc:  # noqa: BLE001 - any sink failure is retried
+                self._failed(batch, attempt, exc)
+            else:
+                self._succeeded(batch, time.monotonic() - started)
+                return True
+            with self._cond:
+                owned = self._parts.get(tp) is part
+            if not owned or self._stop.wait(self.backoff.after(attempt)):
+                return False
+
+    def _succeeded(self, batch: Batch, seconds: float) -> None:
+        rows = sum(len(r) for r in batch.rows)
+        self.stats.observe_write(seconds, len(batch), rows)
+        if self.failing_since is not None:
+            log.info("the sink recovered: %s written", _describe(batch))
+        self.failing_since = None
+        self.last_error = None
+
+    def _failed(self, batch: Batch, attempt: int, exc: Exception) -> None:
+        self.stats.add(sink_write_failures=1)
+        if self.failing_since is None:
+            self.failing_since = time.time()
+        self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        log.warning(
+            "writing %s failed (attempt %d): %s; retrying in %.1f s",
+            _describe(batch),
+            attempt,
+            self.last_error,
+            self.backoff.after(attempt),
+        )
+
+    def _reject(self, tp: TP, batch: Batch, exc: ResultError) -> None:
+        reason = f"the sink cannot write {exc.record}: {exc.reason}"
+        log.error("%s; stopping %s[%d]", reason, *tp)
+        self.queues.stop_partition(tp, reason)
+
+    # -- state ------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._cond:
+            waiting = sum(len(p) for p in self._parts.values())
+            writing = len(self._busy)
+        return {
+            "waiting_results": waiting,
+            "batches_writing": writing,
+            "failing_since": self.failing_since,
+            "last_error": self.last_error,
+        }
+
+
+def _describe(batch: Batch) -> str:
+    if not batch.records:
+        return f"{batch.topic}[{batch.partition}] (empty)"
+    return (
+        f"{batch.topic}[{batch.partition}]@{batch.first_offset}..{batch.last_offset} "
+        f"({len(batch)} records)"
+    )

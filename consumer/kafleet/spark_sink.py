@@ -1,0 +1,316 @@
+"""The Spark sink: handler results become rows, each batch a DataFrame given to a Spark job.
+
+Owns: the Spark session (in-process ``local[*]`` with the configured jars, or a Spark Connect
+client for ``spark.remote``, rebuilt after a failure, since a restarted server forgets
+sessions); turning a handler's result into rows (a dict, a pydantic model, a dataclass, a
+NamedTuple, or a list of them: one record may give several rows, or none); the rows' schema
+(declared as DDL, or inferred from a partition's first batch and kept); converting a batch
+through Arrow (``pa.Table.from_pylist``, then one ``createDataFrame``), never row by row;
+calling the job as ``job(df, batch_info)``, like ``foreachBatch``; the default job, an append
+to a Delta table with the Kafka coordinates as columns; idempotent writes (``txnAppId`` =
+group/topic/partition, ``txnVersion`` = the batch's last offset), so a batch written twice
+lands once; and, for exactly-once, reading back from the table's log where each partition's
+output ends (``stored_offsets``).
+
+Does not own batching, retrying or committing (``shipping.py``, ``poller.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from kafleet.batcher import Batch, Row
+from kafleet.errors import ConfigError, FieldProblem, ResultError, SinkError
+from kafleet.imports import import_reference
+from kafleet.record import Record
+from kafleet.spark_config import SparkSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key")
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What a job is given with each batch's DataFrame."""
+
+    group_id: str
+    topic: str
+    partition: int
+    first_offset: int  # of the first record in the batch
+    last_offset: int  # of the last record in the batch: the txnVersion
+    records: int
+    rows: int
+    table: str | None
+
+    @property
+    def app_id(self) -> str:
+        return txn_app_id(self.group_id, self.topic, self.partition)
+
+    @property
+    def write_options(self) -> dict[str, str]:
+        """Pass these to the Delta write (``.options(**info.write_options)``): a batch written
+        again (a retry after a lost answer, a restart) is skipped by Delta."""
+        return {"txnAppId": self.app_id, "txnVersion": str(self.last_offset)}
+
+
+Job = Callable[["DataFrame", BatchInfo], object]
+
+
+def txn_app_id(group_id: str, topic: str, partition: int) -> str:
+    return f"{group_id}/{topic}/{partition}"
+
+
+def to_rows(record: Record, result: Any) -> list[Row]:
+    """A handler's result as rows; raises ``ResultError`` naming the record if it is not one."""
+    if isinstance(result, dict):
+        return [result]
+    if isinstance(result, BaseModel):
+        return [result.model_dump()]
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return [dataclasses.asdict(result)]
+    if isinstance(result, tuple) and hasattr(result, "_asdict"):
+        return [result._asdict()]
+    if isinstance(result, list | tuple):
+        return [row for item in result for row in to_rows(record, item)]
+    raise ResultError(
+        record,
+        f"the handler returned {type(result).__name__}; return a dict, a pydantic model, a "
+        "dataclass, a NamedTuple, a list of them, or None for no row",
+    )
+
+
+class SparkSink:
+    """A ``BatchWriter`` (``shipping.py``) and an ``OffsetStore`` (``poller.py``)."""
+
+    def __init__(self, settings: SparkSettings, group_id: str, job: Job | None = None) -> None:
+        self.settings = settings
+        self.group_id = group_id
+        if job is None and settings.job:
+            job = import_reference(settings.job, "spark.job")
+        self.job: Job = job or self.append_to_delta
+        self._session: SparkSession | None = None
+        self._session_lock = threading.Lock()
+        self._declared: pa.Schema | None = None
+        self._inferred: dict[tuple[str, int], pa.Schema] = {}
+        self.where = settings.remote or settings.master
+
+    # -- the session ------------------------------------------------------------------------
+
+    def session(self) -> SparkSession:
+        with self._session_lock:
+            if self._session is None:
+                self._session = self._build()
+                if self.settings.schema_ddl and self._declared is None:
+                    self._declared = self._parse_schema(self.settings.schema_ddl)
+            return self._session
+
+    def _build(self) -> SparkSession:
+        from pyspark.sql import SparkSession
+
+        try:
+            if self.settings.remote:
+                builder = SparkSession.builder.remote(self.settings.remote)
+                for key, value in self.settings.conf.items():
+                    builder = builder.config(key, value)
+                return builder.create()  # a new server-side session, not a cached broken one
+            builder = (
+                SparkSession.builder.master(self.settings.master)
+                .appName(f"kafleet-{self.group_id}")
+                .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+                .config(
+                    "spark.sql.catalog.spark_catalog",
+                    "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+                )
+                .config("spark.ui.showConsoleProgress", "false")
+            )
+            jars = _jar_files(self.settings.jars)
+            if jars:
+                builder = builder.config("spark.jars", ",".join(jars))
+            for key, value in self.settings.conf.items():
+                builder = builder.config(key, value)
+            return builder.getOrCreate()
+        except Exception as exc:
+            raise SinkError(self.where, f"cannot start a Spark session: {exc}") from exc
+
+    def _forget_session(self) -> None:
+        """After a failed write to a Spark Connect server: connect afresh next time."""
+        if self.settings.remote:
+            with self._session_lock:
+                self._session = None
+
+    def _parse_schema(self, ddl: str) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import DataType, StructType
+
+        try:
+            struct = DataType.fromDDL(ddl)
+        except Exception as exc:
+            raise ConfigError([FieldProblem("spark.schema_ddl", f"not Spark DDL: {exc}")]) from exc
+        if not isinstance(struct, StructType):
+            raise ConfigError([FieldProblem("spark.schema_ddl", "must be a list of columns")])
+        return to_arrow_schema(struct)
+
+    def close(self) -> None:
+        with self._session_lock:
+            session, self._session = self._session, None
+        if session is not None and self.settings.remote:
+            try:
+                session.stop()
+            except Exception as exc:  # noqa: BLE001 - the server may be gone already
+                log.debug("closing the Spark Connect session: %s", exc)
+
+    # -- results and batches (BatchWriter) ------------------------------------------------
+
+    def rows(self, record: Record, result: Any) -> list[Row]:
+        rows = to_rows(record, result)
+        schema = self._declared or self._inferred.get(record.tp)
+        names = set(schema.names) if schema is not None else None
+        for row in rows:
+            if self.settings.coordinates and not COORDINATES_SET.isdisjoint(row):
+                raise ResultError(
+                    record,
+                    f"fields {sorted(COORDINATES_SET & row.keys())} "
+                    "are the Kafka coordinates' columns (spark.coordinates)",
+                )
+            if names is not None and not names.issuperset(row):
+                raise ResultError(
+                    record,
+                    f"fields {sorted(set(row) - names)} are not in the schema ({', '.join(names)})",
+                )
+        return rows
+
+    def write(self, batch: Batch) -> None:
+        flat = [row for rows in batch.rows for row in rows]
+        if not flat:
+            return  # records that gave empty lists: nothing to write
+        session = self.session()
+        table = self._arrow(batch, flat)
+        info = BatchInfo(
+            self.group_id,
+            batch.topic,
+            batch.partition,
+            batch.first_offset,
+            batch.last_offset,
+            len(batch),
+            len(flat),
+            self.settings.table,
+        )
+        try:
+            self.job(session.createDataFrame(table), info)
+        except Exception:
+            self._forget_session()
+            raise
+
+    def append_to_delta(self, df: DataFrame, info: BatchInfo) -> None:
+        """The default job: an idempotent append to the Delta table at ``spark.table``."""
+        assert info.table is not None
+        df.write.format("delta").mode("append").options(**info.write_options).save(info.table)
+
+    def _arrow(self, batch: Batch, flat: list[Row]) -> pa.Table:
+        import pyarrow as pa
+
+        tp = (batch.topic, batch.partition)
+        schema = self._declared or self._inferred.get(tp)
+        try:
+            table = pa.Table.from_pylist(flat, schema=schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise self._culprit(batch, schema, exc) from exc
+        if schema is None and not any(pa.types.is_null(f.type) for f in table.schema):
+            self._inferred[tp] = table.schema  # kept: later batches must fit it
+        if self.settings.coordinates:
+            table = _with_coordinates(table, batch)
+        return table
+
+    def _culprit(self, batch: Batch, schema: pa.Schema | None, exc: Exception) -> ResultError:
+        """The first record whose rows do not convert, named in the error."""
+        import pyarrow as pa
+
+        for record, rows in zip(batch.records, batch.rows, strict=True):
+            try:
+                pa.Table.from_pylist(rows, schema=schema)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as one:
+                return ResultError(record, f"does not fit the schema: {one}")
+        return ResultError(batch.records[0], f"the batch does not convert to Arrow: {exc}")
+
+    # -- exactly-once (OffsetStore) -------------------------------------------------------
+
+    def stored_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """For each partition, the offset after the last batch the table holds (from the
+        ``txn`` actions of the Delta log: its JSON commits and checkpoints)."""
+        if not partitions or self.settings.table is None:
+            return {}
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import functions as fn
+
+        wanted = {txn_app_id(self.group_id, t, p): (t, p) for t, p in partitions}
+        spark = self.session()
+        log_dir = self.settings.table.rstrip("/") + "/_delta_log"
+        schema = "txn struct<appId: string, version: bigint>"
+        try:
+            commits = spark.read.schema(schema).option("pathGlobFilter", "*.json").json(log_dir)
+            checkpoints = (
+                spark.read.schema(schema)
+                .option("pathGlobFilter", "*.checkpoint*.parquet")
+                .parquet(log_dir)
+            )
+            found = (
+                commits.unionByName(checkpoints)
+                .where(fn.col("txn.appId").isin(list(wanted)))
+                .groupBy(fn.col("txn.appId").alias("app"))
+                .agg(fn.max("txn.version").alias("version"))
+                .collect()
+            )
+        except AnalysisException as exc:
+            if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+                return {}  # no table yet: nothing written
+            raise SinkError(self.where, f"cannot read {log_dir}: {exc}") from exc
+        except Exception:
+            self._forget_session()
+            raise
+        return {wanted[row["app"]]: int(row["version"]) + 1 for row in found}
+
+
+COORDINATES_SET = frozenset(COORDINATES)
+
+
+def _with_coordinates(table: pa.Table, batch: Batch) -> pa.Table:
+    import pyarrow as pa
+
+    per_row = [(record, len(rows)) for record, rows in zip(batch.records, batch.rows, strict=True)]
+    offsets = [r.offset for r, n in per_row for _ in range(n)]
+    stamps = [r.timestamp_ms for r, n in per_row for _ in range(n)]
+    keys = [r.key for r, n in per_row for _ in range(n)]
+    rows = len(offsets)
+    return (
+        table.append_column("kafka_topic", pa.array([batch.topic] * rows, pa.string()))
+        .append_column("kafka_partition", pa.array([batch.partition] * rows, pa.int32()))
+        .append_column("kafka_offset", pa.array(offsets, pa.int64()))
+        .append_column("kafka_timestamp", pa.array(stamps, pa.timestamp("ms", tz="UTC")))
+        .append_column("kafka_key", pa.array(keys, pa.binary()))
+    )
+
+
+def _jar_files(entries: list[str]) -> list[str]:
+    """Jar files, folders of jars expanded; a missing entry is a configuration error."""
+    jars: list[str] = []
+    for entry in entries:
+        path = Path(entry)
+        if path.is_dir():
+            jars.extend(str(j) for j in sorted(path.glob("*.jar")))
+        elif path.is_file():
+            jars.append(str(path))
+        else:
+            raise ConfigError([FieldProblem("spark.jars", f"{entry} does not exist")])
+    return jars
