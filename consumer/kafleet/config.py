@@ -14,6 +14,7 @@ Does not own: acting on any setting, or the security settings' rules (``security
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic import field_validator as validates
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -318,6 +320,22 @@ class ConsumerConfig(BaseSettings):
 
 
 TUNABLE_FIELDS = ("max_poll_records", "concurrency")
+
+
+def leaf_fields(
+    model: type[BaseModel] = ConsumerConfig, prefix: str = ""
+) -> Iterator[tuple[str, FieldInfo]]:
+    """(dotted name, field) of every leaf field, into nested models (optional ones too, such
+    as ``spark``): the names the file, the ``KAFLEET_*`` variables and the flags share."""
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(inner) == 1 and isinstance(inner[0], type):  # SparkSettings | None
+            annotation = inner[0]
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from leaf_fields(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", info
 
 
 def load_config(

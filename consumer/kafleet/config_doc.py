@@ -8,18 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from kafleet.config import ConsumerConfig
+from kafleet.config import leaf_fields
 
 
-def rows(model: type[BaseModel] = ConsumerConfig, prefix: str = "") -> Iterator[list[str]]:
-    for name, info in model.model_fields.items():
+def rows() -> Iterator[list[str]]:
+    for dotted, info in leaf_fields():
         annotation = info.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from rows(annotation, f"{prefix}{name}.")
-            continue
         if info.default is not PydanticUndefined:
             default = "" if info.default is None else repr(info.default)
         elif info.default_factory is not None:
@@ -33,16 +29,11 @@ def rows(model: type[BaseModel] = ConsumerConfig, prefix: str = "") -> Iterator[
             if getattr(m, kind, None) is not None
         ]
         kind = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
-        secret = "SecretStr" in str(annotation)
-        flag = "(none: file or environment)" if secret else f"`--{prefix}{name}`".replace("_", "-")
-        yield [
-            f"`{prefix}{name}`",
-            flag,
-            default,
-            ", ".join(bounds),
-            kind,
-            info.description or "",
-        ]
+        if "SecretStr" in kind or (dotted != "kafka" and kind.startswith("dict")):
+            flag = "(none: file or environment)"
+        else:
+            flag = f"`--{dotted}`".replace("_", "-")
+        yield [f"`{dotted}`", flag, default, ", ".join(bounds), kind, info.description or ""]
 
 
 def markdown() -> str:

@@ -84,6 +84,22 @@ METRICS: list[tuple[str, str, list[str], str]] = [
     ("revoke_drain_seconds_last", "gauge", G, "how long the last revoke drained its partitions"),
     ("pauses_total", "counter", G, "partition pauses for back-pressure"),
     ("resumes_total", "counter", G, "partition resumes"),
+    (
+        "partition_held_records",
+        "gauge",
+        GTP,
+        "results done and waiting for the sink to write their batch",
+    ),
+    ("sink_batches_written_total", "counter", G, "batches the sink (Spark) wrote"),
+    ("sink_rows_written_total", "counter", G, "rows in the batches the sink wrote"),
+    ("sink_write_failures_total", "counter", G, "failed batch writes (each is retried)"),
+    ("sink_write_seconds_total", "counter", G, "time spent in successful batch writes"),
+    (
+        "sink_failing",
+        "gauge",
+        G,
+        "1 while the sink fails every write (the worker is unready, commits wait)",
+    ),
 ]
 
 
@@ -157,6 +173,8 @@ class StateCollector(Collector):
                 put("partition_paused", int(bool(part.get("paused"))), *tp)
                 put("partition_in_flight_records", part.get("in_flight"), *tp)
                 put("partition_oldest_in_flight_seconds", part.get("oldest_in_flight_s"), *tp)
+                if "sink" in state:
+                    put("partition_held_records", part.get("held"), *tp)
             latency = state.get("handler_latency", {})
             if latency:
                 cumulative, buckets = 0, []
@@ -185,6 +203,13 @@ class StateCollector(Collector):
                 ("resumes_total", "resumes"),
             ]:
                 put(name, state.get(key))
+            sink = state.get("sink")
+            if sink is not None:
+                put("sink_batches_written_total", state.get("sink_batches"))
+                put("sink_rows_written_total", state.get("sink_rows"))
+                put("sink_write_failures_total", state.get("sink_write_failures"))
+                put("sink_write_seconds_total", state.get("sink_write_seconds_sum"))
+                put("sink_failing", int(bool(sink.get("failing_since"))))
             revokes = state.get("revoke_seconds") or []
             put("revoke_drain_seconds_last", revokes[-1] if revokes else None)
         yield from families.values()

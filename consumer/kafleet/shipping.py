@@ -17,6 +17,7 @@ Does not own what a batch becomes (the writer: ``spark_sink.py``), nor committin
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -69,6 +70,9 @@ class Shipper:
         self.queues = queues
         self.stats = stats
         self.backoff = backoff
+        self._paused_bounds = dataclasses.replace(
+            bounds, max_records=max(1, bounds.max_records // 2)
+        )
         self._cond = threading.Condition()
         self._parts: dict[TP, PartitionResults] = {}
         self._busy: set[TP] = set()
@@ -191,8 +195,10 @@ class Shipper:
         for tp, part in list(self._parts.items()):
             if tp in self._busy:
                 continue
-            urgent = self._closing or tp in self._urgent or self.queues.is_paused(tp)
-            while (batch := part.cut(self.offsets.handled(tp), self.bounds, now, urgent)) and (
+            urgent = self._closing or tp in self._urgent
+            # A paused partition waits for its results to be written: half a batch will do.
+            bounds = self._paused_bounds if self.queues.is_paused(tp) else self.bounds
+            while (batch := part.cut(self.offsets.handled(tp), bounds, now, urgent)) and (
                 not batch.records
             ):
                 self.offsets.ship(tp, batch.end)

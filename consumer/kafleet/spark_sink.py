@@ -102,6 +102,8 @@ class SparkSink:
         self.job: Job = job or self.append_to_delta
         self._session: SparkSession | None = None
         self._session_lock = threading.Lock()
+        self._creating = threading.Lock()
+        self._created = threading.Event()
         self._declared: pa.Schema | None = None
         self._inferred: dict[tuple[str, int], pa.Schema] = {}
         self.where = settings.remote or settings.master
@@ -124,7 +126,9 @@ class SparkSink:
                 builder = SparkSession.builder.remote(self.settings.remote)
                 for key, value in self.settings.conf.items():
                     builder = builder.config(key, value)
-                return builder.create()  # a new server-side session, not a cached broken one
+                session = builder.create()  # a new server-side session, not a cached broken one
+                _fail_fast(session)
+                return session
             builder = (
                 SparkSession.builder.master(self.settings.master)
                 .appName(f"kafleet-{self.group_id}")
@@ -208,7 +212,12 @@ class SparkSink:
             self.settings.table,
         )
         try:
-            self.job(session.createDataFrame(table), info)
+            if self._created.is_set():
+                self.job(session.createDataFrame(table), info)
+            else:  # writers creating a new table at once conflict (Delta): the first goes alone
+                with self._creating:
+                    self.job(session.createDataFrame(table), info)
+                self._created.set()
         except Exception:
             self._forget_session()
             raise
@@ -300,6 +309,24 @@ def _with_coordinates(table: pa.Table, batch: Batch) -> pa.Table:
         .append_column("kafka_timestamp", pa.array(stamps, pa.timestamp("ms", tz="UTC")))
         .append_column("kafka_key", pa.array(keys, pa.binary()))
     )
+
+
+def _fail_fast(session: SparkSession) -> None:
+    """The Connect client retries an unreachable server for ten minutes by default, which would
+    hide an outage inside one write. Retry briefly instead; the shipper backs off, retries and
+    reports the outage in the worker's health."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    client = getattr(session, "client", None)
+    if client is None:
+        return
+    policies = [
+        DefaultPolicy(max_retries=3, initial_backoff=100, max_backoff=1000)
+        if isinstance(policy, DefaultPolicy)
+        else policy
+        for policy in client.get_retry_policies()
+    ]
+    client.set_retry_policies(policies)
 
 
 def _jar_files(entries: list[str]) -> list[str]:

@@ -20,9 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
-from kafleet.config import ConsumerConfig, load_config
+from kafleet.config import leaf_fields, load_config
 from kafleet.consumer import ParallelConsumer
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet.executor import Handler
@@ -32,20 +30,14 @@ from kafleet.live_config import ConfigWatcher
 log = logging.getLogger("kafleet.worker")
 
 
-def _scalar_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(dotted field name, help) for every settable scalar field, nested models included."""
-    for name, info in model.model_fields.items():
-        annotation = info.annotation
-        optional = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(optional) == 1 and isinstance(optional[0], type):  # spark: SparkSettings | None
-            annotation = optional[0]
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from _scalar_fields(annotation, f"{prefix}{name}.")
-        elif typing.get_origin(annotation) is dict:
-            continue  # kafka, spark.conf: the file or KAFLEET_* (and --kafka P=V) set them
-        elif "SecretStr" not in str(annotation):
-            # No flags for secrets: a command line is visible to every process on the host.
-            yield f"{prefix}{name}", info.description or ""
+def _scalar_fields() -> Iterator[tuple[str, str]]:
+    """(dotted field name, help) for every field a flag may set."""
+    for dotted, info in leaf_fields():
+        if typing.get_origin(info.annotation) is dict or "SecretStr" in str(info.annotation):
+            # Mappings (kafka, spark.conf) come from the file or KAFLEET_* (and --kafka P=V);
+            # no flags for secrets: a command line is visible to every process on the host.
+            continue
+        yield dotted, info.description or ""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     group = parser.add_argument_group("configuration fields (override the file and KAFLEET_*)")
-    for dotted, help_text in _scalar_fields(ConsumerConfig):
+    for dotted, help_text in _scalar_fields():
         flag = "--" + dotted.replace("_", "-")
         group.add_argument(flag, dest=f"field:{dotted}", metavar="VALUE", help=help_text)
     group.add_argument(

@@ -60,8 +60,8 @@ def table_rows(spark: SparkSession) -> Callable[[str], list[tuple[str, int, int,
     """``table_rows(path)``: (topic, partition, offset, number) of every row, read by Spark."""
 
     def read(path: str) -> list[tuple[str, int, int, int]]:
-        if not Path(path, "_delta_log").exists():
-            return []
+        if not any(Path(path, "_delta_log").glob("*.json")):
+            return []  # no commit yet
         rows = (
             spark.read.format("delta")
             .load(path)

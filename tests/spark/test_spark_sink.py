@@ -64,6 +64,7 @@ def test_rows_land_in_delta_with_their_kafka_coordinates(
         lambda: committed_offsets(config.group_id, topic, 3) == dict(report.per_partition),
         90,
         "every offset committed after its batch was written",
+        every=0.5,
     )
 
     rows = table_rows(table)
@@ -120,6 +121,7 @@ def test_a_custom_job_gets_each_batch_with_its_partition_and_offsets(
         lambda: committed_offsets(config.group_id, topic, 2) == dict(report.per_partition),
         90,
         "every offset committed",
+        every=0.5,
     )
 
     with lock:
@@ -178,6 +180,7 @@ def test_a_slow_spark_job_pauses_partitions_instead_of_growing_memory(
         lambda: committed_offsets(config.group_id, topic, 2) == dict(report.per_partition),
         120,
         "every offset committed once the job caught up",
+        every=0.5,
     )
 
 
@@ -210,6 +213,7 @@ def test_a_result_that_cannot_be_a_row_is_dead_lettered_while_the_rest_lands(
         lambda: committed_offsets(config.group_id, topic, 2) == dict(report.per_partition),
         90,
         "every offset committed, the poison record's too",
+        every=0.5,
     )
 
     assert sorted(n for *_, n in table_rows(table)) == [n for n in range(200) if n != 77]
