@@ -16,6 +16,7 @@ IMG ?= kafleet:dev
 
 PY := $(VENV)/bin/python
 KAFKA := $(PY) -m tests.infra.kafka
+DELTA_JARS := .cache/spark/delta-4.4.0
 K8S := $(PY) -m tests.infra.k8s
 
 ##@ General
@@ -57,7 +58,7 @@ test: lint jars delta-jars k8s-tools prometheus ## Set everything up, lint, and 
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
-bench: venv jars ## Run the benchmarks side by side and print their tables.
+bench: venv jars delta-jars ## Run the benchmarks side by side and print their tables.
 	$(PY) -m bench
 
 ##@ Test bed (everything it fetches or starts lives in .cache/)
@@ -77,6 +78,10 @@ kafka-down: venv ## Stop the development Kafka broker.
 .PHONY: delta-jars
 delta-jars: venv ## Fetch Delta Lake's jars for the pip-installed Spark from Maven Central (once).
 	@$(PY) -m tests.infra.spark jars >/dev/null
+
+.PHONY: spark-connect
+spark-connect: delta-jars ## Run a local Spark Connect server with Delta on sc://localhost:15002 (foreground; Ctrl-C stops it).
+	$(VENV)/bin/kafleet spark-connect --port 15002 --jars $(DELTA_JARS)
 
 .PHONY: prometheus
 prometheus: venv ## Install Prometheus from Debian's packages if it is missing (needs root).
@@ -101,9 +106,9 @@ k8s-down: venv ## Stop the development control plane.
 ##@ Demo
 
 .PHONY: demo
-demo: kafka-up ## Start a broker, round-trip a few records, then bill slow orders in parallel.
+demo: kafka-up delta-jars ## Start a broker, round-trip records, bill slow orders in parallel into Delta, query them back.
 	$(PY) examples/roundtrip.py --bootstrap-servers "$$($(KAFKA) status)"
-	$(PY) examples/demo.py --bootstrap-servers "$$($(KAFKA) status)"
+	$(PY) examples/demo.py --bootstrap-servers "$$($(KAFKA) status)" --jars $(DELTA_JARS)
 
 ##@ Clean up
 

@@ -1,11 +1,14 @@
-"""The demo's main job: slow order events billed in parallel by kafleet, nothing lost.
+"""The demo's main job: slow order events billed in parallel by kafleet, shipped to Delta.
 
 Produces ``--count`` order events for a handful of customers to the topic ``kafleet-demo-orders``,
 then bills them with ``examples/orders.py`` (20 ms each) through a ``ParallelConsumer`` ordered
-by key (each customer's orders in order, customers side by side), and prints what it did:
-records billed, time taken against the one-at-a-time loop, commits, and the offsets committed.
+by key (each customer's orders in order, customers side by side). Each bill the handler returns
+is shipped in batches to a Delta table through an in-process Spark, and offsets are committed
+only once their batch is written. It prints what it did (records billed, time taken against
+the one-at-a-time loop, batches written, commits) and ends by querying the table back through
+Spark: this run's orders counted and summed per customer (the records' key).
 
-    python examples/demo.py --bootstrap-servers 127.0.0.1:9092 [--count 300]
+    python examples/demo.py --bootstrap-servers 127.0.0.1:9092 --jars .cache/spark/delta-4.4.0
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as fn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from orders import bill
@@ -34,7 +39,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--count", type=int, default=300)
+    parser.add_argument("--jars", required=True, help="Delta Lake's jars (make delta-jars)")
+    parser.add_argument("--table", default=".cache/demo/billed", help="the Delta table")
     args = parser.parse_args()
+    table = str(Path(args.table).resolve())
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap_servers})
     try:
@@ -56,11 +64,12 @@ def main() -> int:
     billed: list[dict[str, object]] = []
     lock = threading.Lock()
 
-    def handle(record: Record) -> None:
+    def handle(record: Record) -> dict[str, object]:
         result = bill(record)
         if str(result["order"]).startswith(run):
             with lock:
                 billed.append(result)
+        return result  # a row for the Delta table, with the record's coordinates
 
     config = load_config(
         None,
@@ -71,31 +80,50 @@ def main() -> int:
             "ordering": "key",
             "concurrency": 32,
             "auto_offset_reset": "earliest",
+            "spark": {
+                "table": table,
+                "master": "local[2]",
+                "jars": [args.jars],
+                "batch": {"linger_ms": 500},
+                "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+            },
         },
     )
     # The group remembers where it was: each run bills what earlier runs left and its own.
+    print("starting Spark in this process and joining the group ...")
+    consumer = ParallelConsumer(config, handle).start()
     started = time.monotonic()
-    with ParallelConsumer(config, handle) as consumer:
-        deadline = started + 120
-        while len(billed) < args.count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        took = time.monotonic() - started
-    snapshot = consumer.snapshot()  # after the close, which commits what was done
+    deadline = started + 120
+    while len(billed) < args.count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    took = time.monotonic() - started
+    consumer.close()  # writes the last batches, then commits them
+    snapshot = consumer.snapshot()
     print(
         f"billed {len(billed)} of {args.count} orders in {took:.1f} s with kafleet "
         f"(one at a time, 20 ms each, would take {args.count * 0.02:.1f} s)"
     )
-    per_customer: dict[str, float] = {}
-    for result in billed:
-        customer = str(result["customer"])
-        per_customer[customer] = per_customer.get(customer, 0.0) + float(str(result["billed"]))
-    for customer, total in sorted(per_customer.items()):
-        print(f"  {customer:<9} {total:>10.2f}")
     print(
+        f"batches written to Delta: {snapshot['sink_batches']} ({snapshot['sink_rows']} rows), "
         f"commits: {snapshot['commits']}, rebalances: {snapshot['rebalances']}, "
         f"healthy: {snapshot['healthy']}"
     )
-    return 0 if len(billed) == args.count else 1
+    print(f"this run's orders in the Delta table {table}, per customer (the key), by Spark:")
+    rows = (
+        SparkSession.builder.getOrCreate()
+        .read.format("delta")
+        .load(table)
+        .where(fn.col("order").startswith(run))
+        .groupBy(fn.col("kafka_key").cast("string").alias("customer"))
+        .agg(fn.count("*").alias("orders"), fn.sum("billed").alias("billed"))
+        .orderBy("customer")
+        .collect()
+    )
+    for row in rows:
+        print(f"  {row['customer']:<9} {row['orders']:>4} orders {row['billed']:>10.2f}")
+    in_table = sum(int(row["orders"]) for row in rows)
+    print(f"rows of this run in the table: {in_table} of {args.count}")
+    return 0 if len(billed) == args.count == in_table else 1
 
 
 if __name__ == "__main__":

@@ -198,11 +198,11 @@ class Shipper:
             urgent = self._closing or tp in self._urgent
             # A paused partition waits for its results to be written: half a batch will do.
             bounds = self._paused_bounds if self.queues.is_paused(tp) else self.bounds
-            while (batch := part.cut(self.offsets.handled(tp), bounds, now, urgent)) and (
-                not batch.records
-            ):
+            batch = part.cut(self.offsets.handled(tp), bounds, now, urgent)
+            while batch is not None and not batch.records:  # a range that gave no rows
                 self.offsets.ship(tp, batch.end)
                 self._cond.notify_all()
+                batch = part.cut(self.offsets.handled(tp), bounds, now, urgent)
             if batch is not None:
                 self._busy.add(tp)
                 # round robin: the next search starts after this partition

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,6 +131,7 @@ class SparkSink:
                 session = builder.create()  # a new server-side session, not a cached broken one
                 _fail_fast(session)
                 return session
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # a job's UDFs: this Python
             builder = (
                 SparkSession.builder.master(self.settings.master)
                 .appName(f"kafleet-{self.group_id}")

@@ -11,6 +11,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from tests.conftest import TopicFactory
+from tests.infra import spark as spark_infra
 from tests.infra.waiting import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -41,9 +42,22 @@ def test_roundtrip_example_prints_every_record_it_produced(kafka: str) -> None:
     assert lines[-1] == "consumed 7 of 7 records back"
 
 
-def test_demo_bills_every_order_in_parallel_and_reports_it(kafka: str) -> None:
+def test_demo_bills_every_order_in_parallel_and_queries_them_back_from_delta(
+    kafka: str, tmp_path: Path
+) -> None:
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "demo.py"), "--bootstrap-servers", kafka, "--count", "80"],
+        [
+            sys.executable,
+            str(EXAMPLES / "demo.py"),
+            "--bootstrap-servers",
+            kafka,
+            "--count",
+            "80",
+            "--jars",
+            str(spark_infra.delta_jars()[0].parent),
+            "--table",
+            str(tmp_path / "billed"),
+        ],
         capture_output=True,
         text=True,
         timeout=180,
@@ -54,6 +68,8 @@ def test_demo_bills_every_order_in_parallel_and_reports_it(kafka: str) -> None:
     assert "billed 80 of 80 orders" in done.stdout
     assert "healthy: True" in done.stdout
     assert "commits: 0," not in done.stdout  # the close commits what was billed
+    assert "rows of this run in the table: 80 of 80" in done.stdout
+    assert "ada " in done.stdout.split("by Spark:")[1]  # counted per customer, read back
 
 
 def test_the_example_worker_config_bills_orders_and_parks_a_bad_one(

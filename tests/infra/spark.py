@@ -14,11 +14,13 @@ sessions.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,16 +34,27 @@ if TYPE_CHECKING:
 DELTA_VERSION = "4.4.0"
 POM = Path(__file__).with_name("spark-pom.xml")
 JARS = REPO_ROOT / ".cache" / "spark" / f"delta-{DELTA_VERSION}"
+STREAMING_POM = REPO_ROOT / "bench" / "streaming-pom.xml"
+STREAMING_JARS = REPO_ROOT / ".cache" / "spark" / "streaming-kafka-4.2.0"
 
 
 def delta_jars() -> list[Path]:
     """Delta's jars, fetched once."""
-    marker = JARS / ".complete"
+    return _fetch(POM, JARS, [f"-Ddelta.version={DELTA_VERSION}", "-DexcludeTransitive=true"])
+
+
+def streaming_kafka_jars() -> list[Path]:
+    """Structured Streaming's Kafka source (benchmark B5), fetched once."""
+    return _fetch(STREAMING_POM, STREAMING_JARS, [])
+
+
+def _fetch(pom: Path, folder: Path, options: list[str]) -> list[Path]:
+    marker = folder / ".complete"
     if not marker.exists():
         mvn = shutil.which("mvn")
         if mvn is None:
-            raise TestbedError("'mvn' was not found on PATH; Maven fetches Delta Lake's jars")
-        tmp = JARS.with_name(JARS.name + ".partial")
+            raise TestbedError("'mvn' was not found on PATH; Maven fetches Spark's extra jars")
+        tmp = folder.with_name(folder.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         done = subprocess.run(
             [
@@ -49,34 +62,36 @@ def delta_jars() -> list[Path]:
                 "-q",
                 "-B",
                 "-f",
-                str(POM),
+                str(pom),
                 "dependency:copy-dependencies",
-                f"-Ddelta.version={DELTA_VERSION}",
                 f"-DoutputDirectory={tmp}",
-                "-DexcludeTransitive=true",
+                *options,
             ],
             capture_output=True,
             text=True,
             check=False,
         )
         if done.returncode != 0:
-            raise TestbedError(f"mvn could not fetch Delta {DELTA_VERSION}:\n{done.stdout[-3000:]}")
-        shutil.rmtree(JARS, ignore_errors=True)
-        tmp.rename(JARS)
-        marker.write_text(DELTA_VERSION + "\n")
-    return sorted(JARS.glob("*.jar"))
+            raise TestbedError(
+                f"mvn could not fetch the jars of {pom.name}:\n{done.stdout[-3000:]}"
+            )
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+        marker.write_text(pom.name + "\n")
+    return sorted(folder.glob("*.jar"))
 
 
-def local_session(app: str = "kafleet-tests") -> SparkSession:
+def local_session(app: str = "kafleet-tests", extra_jars: Sequence[Path] = ()) -> SparkSession:
     """A local Spark session with Delta, small enough for a 2-core machine."""
     from pyspark.sql import SparkSession
 
     if shutil.which("java") is None:
         raise TestbedError("'java' was not found on PATH; Spark needs Java 17 or newer")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python UDFs: this venv's Python
     return (
         SparkSession.builder.master("local[2]")
         .appName(app)
-        .config("spark.jars", ",".join(str(j) for j in delta_jars()))
+        .config("spark.jars", ",".join(str(j) for j in [*delta_jars(), *extra_jars]))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"

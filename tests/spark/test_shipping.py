@@ -1,0 +1,210 @@
+"""The shipper's rules with an in-memory sink (no Spark): only written results are
+committable, failed writes are retried, a result the sink cannot take stops only its
+partition, revoked partitions are drained, and results become rows or are refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, NamedTuple
+
+import pytest
+from pydantic import BaseModel
+
+from kafleet.batcher import Batch, BatchBounds, Row
+from kafleet.config import QueueBounds
+from kafleet.errors import ResultError
+from kafleet.offsets import OffsetTracker
+from kafleet.record import Record
+from kafleet.shipping import Backoff, Shipper
+from kafleet.spark_sink import to_rows
+from kafleet.state import Stats
+from kafleet.work_queue import WorkQueues
+from tests.infra.waiting import wait_until
+
+TP = ("orders", 0)
+
+
+class MemorySink:
+    """Writes batches to a list; fails the first ``failures`` writes; refuses ``poison``."""
+
+    def __init__(self, failures: int = 0, poison: int | None = None) -> None:
+        self.failures = failures
+        self.poison = poison
+        self.batches: list[Batch] = []
+        self.attempts = 0
+        self.lock = threading.Lock()
+
+    def rows(self, record: Record, result: Any) -> list[Row]:
+        return to_rows(record, result)
+
+    def write(self, batch: Batch) -> None:
+        with self.lock:
+            self.attempts += 1
+            if self.poison is not None and any(r.offset == self.poison for r in batch.records):
+                raise ResultError(f"orders[0]@{self.poison}", "does not fit the schema")
+            if self.failures:
+                self.failures -= 1
+                raise ConnectionError("Spark is not reachable")
+            self.batches.append(batch)
+
+
+@pytest.fixture
+def parts() -> tuple[OffsetTracker, WorkQueues]:
+    offsets = OffsetTracker(gated=True)
+    queues = WorkQueues(QueueBounds(), "partition", 4)
+    offsets.assign(TP)
+    queues.assign([TP])
+    return offsets, queues
+
+
+def ship(
+    sink: MemorySink, parts: tuple[OffsetTracker, WorkQueues], linger_s: float = 0.0
+) -> Shipper:
+    offsets, queues = parts
+    shipper = Shipper(
+        sink,
+        BatchBounds(max_records=100, linger_s=linger_s),
+        offsets,
+        queues,
+        Stats(),
+        writers=2,
+        backoff=Backoff(initial_s=0.01, max_s=0.05),
+    )
+    shipper.assign([TP])
+    shipper.start()
+    return shipper
+
+
+def handle(shipper: Shipper, offsets: OffsetTracker, *numbers: int, rows: bool = True) -> None:
+    """What the Executor does for each record: the result first, then done."""
+    for n in numbers:
+        record = Record("orders", 0, n, None, b"x")
+        offsets.add(TP, n)
+        if rows:
+            shipper.add(record, {"n": n})
+        offsets.done(TP, n)
+
+
+def committable(offsets: OffsetTracker) -> int | None:
+    return offsets.to_commit().get(TP)
+
+
+def test_nothing_is_committable_until_a_failed_write_is_retried_and_succeeds(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    offsets, _ = parts
+    sink = MemorySink(failures=3)
+    shipper = ship(sink, parts)
+    handle(shipper, offsets, *range(10))
+
+    wait_until(lambda: sink.batches, 10, "the write to succeed")
+    wait_until(lambda: committable(offsets) == 10, 5, "the offsets after the batch")
+    shipper.stop()
+
+    assert sink.attempts == 4
+    assert [r.offset for r in sink.batches[0].records] == list(range(10))
+    assert shipper.failing_since is None  # recovered
+
+
+def test_while_the_sink_fails_the_worker_says_so_and_commits_nothing(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    offsets, _ = parts
+    shipper = ship(MemorySink(failures=10**6), parts)
+    handle(shipper, offsets, *range(5))
+
+    wait_until(lambda: shipper.failing_since is not None, 5, "the sink to be failing")
+    shipper.stop()
+
+    assert committable(offsets) is None
+    assert "Spark is not reachable" in str(shipper.snapshot()["last_error"])
+
+
+def test_a_result_the_sink_cannot_write_stops_only_its_partition(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    offsets, queues = parts
+    shipper = ship(MemorySink(poison=3), parts)
+    handle(shipper, offsets, *range(10))
+
+    wait_until(lambda: not queues.is_open(TP), 5, "the partition to stop")
+    shipper.stop()
+
+    assert "orders[0]@3" in str(queues.snapshot()[TP]["stopped"])
+    assert committable(offsets) is None  # nothing past the poison batch's start
+
+
+def test_records_that_gave_no_rows_move_the_commit_point_without_a_write(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    offsets, _ = parts
+    sink = MemorySink()
+    shipper = ship(sink, parts, linger_s=60)
+    handle(shipper, offsets, *range(20), rows=False)
+
+    wait_until(lambda: committable(offsets) == 20, 5, "the commit point to move")
+    shipper.stop()
+
+    assert sink.attempts == 0
+
+
+def test_a_revoke_writes_the_ready_results_at_once_and_waits_for_them(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    offsets, queues = parts
+    sink = MemorySink()
+    shipper = ship(sink, parts, linger_s=3600)  # they would linger for an hour
+    handle(shipper, offsets, *range(7))
+
+    drained = shipper.drain([TP], timeout=5)
+    shipper.stop()
+
+    assert drained
+    assert [r.offset for b in sink.batches for r in b.records] == list(range(7))
+    assert committable(offsets) == 7
+    assert queues.snapshot()[TP]["held"] == 0
+
+
+def test_waiting_results_count_against_the_partitions_queue_bound(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    offsets, queues = parts
+    shipper = ship(MemorySink(failures=10**6), parts)
+    handle(shipper, offsets, *range(30))
+    shipper.stop()
+
+    assert queues.snapshot()[TP]["held"] == 30
+
+
+class Model(BaseModel):
+    n: int
+
+
+@dataclasses.dataclass
+class Data:
+    n: int
+
+
+class Pair(NamedTuple):
+    n: int
+
+
+@pytest.mark.parametrize(
+    ("result", "rows"),
+    [
+        ({"n": 1}, [{"n": 1}]),
+        (Model(n=1), [{"n": 1}]),
+        (Data(n=1), [{"n": 1}]),
+        (Pair(n=1), [{"n": 1}]),
+        ([{"n": 1}, Model(n=2)], [{"n": 1}, {"n": 2}]),
+        ([], []),
+    ],
+)
+def test_handler_results_become_rows(result: Any, rows: list[Row]) -> None:
+    assert to_rows(Record("orders", 0, 5, None, None), result) == rows
+
+
+def test_a_result_that_is_not_a_row_is_refused_naming_its_record() -> None:
+    with pytest.raises(ResultError, match=r"orders\[0\]@5: the handler returned int"):
+        to_rows(Record("orders", 0, 5, None, None), 42)
