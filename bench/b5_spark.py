@@ -27,6 +27,7 @@ from tests.infra import spark as spark_infra
 
 PARTITIONS = 12
 IO_S = 0.002
+WRITERS = 2
 
 
 def identity(record: Record) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def time_kafleet_delta(
                 "table": str(path / "table"),
                 "master": "local[2]",
                 "batch": {"max_records": 20_000, "linger_ms": 1000},
-                "writers": 2,
+                "writers": WRITERS,
             },
             **fields,
         },

@@ -267,6 +267,8 @@ class ConsumerConfig(BaseSettings):
         explicit = "max_poll_records" in self.model_fields_set  # the default is capped anyway
         if explicit and self.max_poll_records > self.queue.max_records:
             yield "max_poll_records", "must not exceed queue.max_records"
+        if self.guarantee == "exactly-once" and self.spark and self.spark.idempotent is False:
+            yield "spark.idempotent", "exactly-once needs idempotent writes: leave it unset"
         if self.spark is not None and self.spark.batch.max_records > self.queue.max_records:
             yield (
                 "spark.batch.max_records",

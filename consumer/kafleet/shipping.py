@@ -37,11 +37,18 @@ IDLE_WAIT_S = 0.02  # how often a writer looks for due batches when nothing woke
 
 
 class BatchWriter(Protocol):
-    """A sink: turns a handler result into rows, and writes a batch or raises."""
+    """A sink: turns a handler result into rows, prepares a batch (raising ``ResultError``
+    for a record it cannot take), and writes one or more prepared batches in one go or
+    raises (``max_batches_per_write`` says how many it takes at once)."""
+
+    @property
+    def max_batches_per_write(self) -> int: ...
 
     def rows(self, record: Record, result: Any) -> list[Row]: ...
 
-    def write(self, batch: Batch) -> None: ...
+    def prepare(self, batch: Batch) -> Any: ...
+
+    def write(self, prepared: list[Any]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -174,25 +181,29 @@ class Shipper:
     def _work(self) -> None:
         while not self._stop.is_set():
             with self._cond:
-                job = self._next_batch()
-                if job is None:
+                group = self._next_batches()
+                if not group:
                     self._cond.wait(IDLE_WAIT_S)
                     continue
-            part, batch = job
-            written = self._write(part, batch)
+            written = self._write(group)
             with self._cond:
-                tp = (batch.topic, batch.partition)
-                self._busy.discard(tp)
-                if written and self._parts.get(tp) is part:
-                    self.offsets.ship(tp, batch.end)
-                self.queues.unhold(tp, len(batch), batch.size)
+                for part, batch in group:
+                    tp = (batch.topic, batch.partition)
+                    self._busy.discard(tp)
+                    if tp in written and self._parts.get(tp) is part:
+                        self.offsets.ship(tp, batch.end)
+                    self.queues.unhold(tp, len(batch), batch.size)
                 self._cond.notify_all()
 
-    def _next_batch(self) -> tuple[PartitionResults, Batch] | None:
-        """The next due batch of a partition no writer holds; empty batches (ranges that
-        gave no rows) are shipped on the spot."""
+    def _next_batches(self) -> list[tuple[PartitionResults, Batch]]:
+        """Due batches of partitions no writer holds, at most one per partition and as many
+        as the writer takes at once; ranges that gave no rows are shipped on the spot."""
         now = time.monotonic()
+        group: list[tuple[PartitionResults, Batch]] = []
+        limit = max(1, self.writer.max_batches_per_write)
         for tp, part in list(self._parts.items()):
+            if len(group) >= limit:
+                break
             if tp in self._busy:
                 continue
             urgent = self._closing or tp in self._urgent
@@ -205,55 +216,62 @@ class Shipper:
                 batch = part.cut(self.offsets.handled(tp), bounds, now, urgent)
             if batch is not None:
                 self._busy.add(tp)
-                # round robin: the next search starts after this partition
-                self._parts[tp] = self._parts.pop(tp)
-                return part, batch
-        return None
+                self._parts[tp] = self._parts.pop(tp)  # round robin: the others come first
+                group.append((part, batch))
+        return group
 
-    def _write(self, part: PartitionResults, batch: Batch) -> bool:
-        """Write until it succeeds; False if the partition went away or the shipper stopped."""
-        tp = (batch.topic, batch.partition)
+    def _write(self, group: list[tuple[PartitionResults, Batch]]) -> set[TP]:
+        """Write until it succeeds; the partitions written (none if they all went away, or
+        the shipper stopped). A batch the sink refuses stops its partition only."""
+        prepared = []
+        for part, batch in group:
+            try:
+                prepared.append((part, batch, self.writer.prepare(batch)))
+            except ResultError as exc:  # the data, not the sink: retrying cannot help
+                self._reject((batch.topic, batch.partition), exc)
         attempt = 0
-        while True:
+        while prepared:
             attempt += 1
             started = time.monotonic()
             try:
-                self.writer.write(batch)
-            except ResultError as exc:  # the data, not the sink: retrying cannot help
-                self._reject(tp, batch, exc)
-                return False
+                self.writer.write([p for _, _, p in prepared])
             except Exception as exc:  # noqa: BLE001 - any sink failure is retried
-                self._failed(batch, attempt, exc)
+                self._failed([b for _, b, _ in prepared], attempt, exc)
             else:
-                self._succeeded(batch, time.monotonic() - started)
-                return True
-            with self._cond:
-                owned = self._parts.get(tp) is part
-            if not owned or self._stop.wait(self.backoff.after(attempt)):
-                return False
+                batches = [b for _, b, _ in prepared]
+                self._succeeded(batches, time.monotonic() - started)
+                return {(b.topic, b.partition) for b in batches}
+            with self._cond:  # partitions revoked meanwhile are not written any more
+                prepared = [
+                    p for p in prepared if self._parts.get((p[1].topic, p[1].partition)) is p[0]
+                ]
+            if self._stop.wait(self.backoff.after(attempt)):
+                break
+        return set()
 
-    def _succeeded(self, batch: Batch, seconds: float) -> None:
-        rows = sum(len(r) for r in batch.rows)
-        self.stats.observe_write(seconds, len(batch), rows)
+    def _succeeded(self, batches: list[Batch], seconds: float) -> None:
+        rows = sum(len(r) for b in batches for r in b.rows)
+        self.stats.observe_write(seconds, sum(len(b) for b in batches), rows)
         if self.failing_since is not None:
-            log.info("the sink recovered: %s written", _describe(batch))
+            log.info("the sink recovered: %s written", _describe(batches))
         self.failing_since = None
         self.last_error = None
 
-    def _failed(self, batch: Batch, attempt: int, exc: Exception) -> None:
+    def _failed(self, batches: list[Batch], attempt: int, exc: Exception) -> None:
         self.stats.add(sink_write_failures=1)
         if self.failing_since is None:
             self.failing_since = time.time()
-        self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        self.last_error = f"{type(exc).__name__}: {first_line}"
         log.warning(
             "writing %s failed (attempt %d): %s; retrying in %.1f s",
-            _describe(batch),
+            _describe(batches),
             attempt,
             self.last_error,
             self.backoff.after(attempt),
         )
 
-    def _reject(self, tp: TP, batch: Batch, exc: ResultError) -> None:
+    def _reject(self, tp: TP, exc: ResultError) -> None:
         reason = f"the sink cannot write {exc.record}: {exc.reason}"
         log.error("%s; stopping %s[%d]", reason, *tp)
         self.queues.stop_partition(tp, reason)
@@ -272,10 +290,9 @@ class Shipper:
         }
 
 
-def _describe(batch: Batch) -> str:
-    if not batch.records:
-        return f"{batch.topic}[{batch.partition}] (empty)"
-    return (
-        f"{batch.topic}[{batch.partition}]@{batch.first_offset}..{batch.last_offset} "
-        f"({len(batch)} records)"
-    )
+def _describe(batches: list[Batch]) -> str:
+    parts = [
+        f"{b.topic}[{b.partition}]@{b.first_offset}..{b.last_offset}" for b in batches if b.records
+    ]
+    shown = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+    return f"{shown} ({sum(len(b) for b in batches)} records)"

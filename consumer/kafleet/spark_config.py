@@ -74,6 +74,12 @@ class SparkSettings(BaseModel):
         description="add kafka_topic, kafka_partition, kafka_offset, kafka_timestamp and "
         "kafka_key columns to every row",
     )
+    idempotent: bool | None = Field(
+        None,
+        description="write each batch with Delta's txnAppId/txnVersion, so a batch written "
+        "again lands once (each write then reads the table's transactions: slower); unset: on "
+        "with guarantee exactly-once, which needs it, off otherwise",
+    )
     jars: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="jar files or folders for the in-process Spark (Delta's); `make "

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import BaseModel
 
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+# Small, frequent commits are what a sink makes: Delta's checksum file (a full state summary
+# written with every commit) is most of the cost of a small append; readers do not need it.
+SESSION_DEFAULTS = {"spark.databricks.delta.writeChecksumFile.enabled": "false"}
 COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key")
 
 
@@ -55,6 +58,7 @@ class BatchInfo:
     records: int
     rows: int
     table: str | None
+    idempotent: bool = True
 
     @property
     def app_id(self) -> str:
@@ -62,12 +66,16 @@ class BatchInfo:
 
     @property
     def write_options(self) -> dict[str, str]:
-        """Pass these to the Delta write (``.options(**info.write_options)``): a batch written
-        again (a retry after a lost answer, a restart) is skipped by Delta."""
+        """Pass these to the Delta write (``.options(**info.write_options)``): when writes are
+        idempotent (``spark.idempotent``, always with exactly-once) a batch written again (a
+        retry after a lost answer, a replay after a crash) is skipped by Delta."""
+        if not self.idempotent:
+            return {}
         return {"txnAppId": self.app_id, "txnVersion": str(self.last_offset)}
 
 
 Job = Callable[["DataFrame", BatchInfo], object]
+Prepared: TypeAlias = "tuple[pa.Table, BatchInfo] | None"
 
 
 def txn_app_id(group_id: str, topic: str, partition: int) -> str:
@@ -96,9 +104,16 @@ def to_rows(record: Record, result: Any) -> list[Row]:
 class SparkSink:
     """A ``BatchWriter`` (``shipping.py``) and an ``OffsetStore`` (``poller.py``)."""
 
-    def __init__(self, settings: SparkSettings, group_id: str, job: Job | None = None) -> None:
+    def __init__(
+        self,
+        settings: SparkSettings,
+        group_id: str,
+        job: Job | None = None,
+        idempotent: bool = True,
+    ) -> None:
         self.settings = settings
         self.group_id = group_id
+        self.idempotent = idempotent
         if job is None and settings.job:
             job = import_reference(settings.job, "spark.job")
         self.job: Job = job or self.append_to_delta
@@ -126,7 +141,7 @@ class SparkSink:
         try:
             if self.settings.remote:
                 builder = SparkSession.builder.remote(self.settings.remote)
-                for key, value in self.settings.conf.items():
+                for key, value in {**SESSION_DEFAULTS, **self.settings.conf}.items():
                     builder = builder.config(key, value)
                 session = builder.create()  # a new server-side session, not a cached broken one
                 _fail_fast(session)
@@ -145,7 +160,7 @@ class SparkSink:
             jars = _jar_files(self.settings.jars)
             if jars:
                 builder = builder.config("spark.jars", ",".join(jars))
-            for key, value in self.settings.conf.items():
+            for key, value in {**SESSION_DEFAULTS, **self.settings.conf}.items():
                 builder = builder.config(key, value)
             return builder.getOrCreate()
         except Exception as exc:
@@ -198,11 +213,20 @@ class SparkSink:
                 )
         return rows
 
-    def write(self, batch: Batch) -> None:
+    @property
+    def max_batches_per_write(self) -> int:
+        """The default job, when writes need not be idempotent, appends the batches of many
+        partitions in one Delta commit (a commit costs about a second, whatever its size).
+        A custom job gets one partition's batch at a time; so does an idempotent write, whose
+        ``txnAppId`` names one partition."""
+        return 64 if self.job == self.append_to_delta and not self.idempotent else 1
+
+    def prepare(self, batch: Batch) -> Prepared:
+        """The batch as Arrow (None if its records gave no rows); ``ResultError`` names the
+        record that does not fit."""
         flat = [row for rows in batch.rows for row in rows]
         if not flat:
-            return  # records that gave empty lists: nothing to write
-        session = self.session()
+            return None
         table = self._arrow(batch, flat)
         info = BatchInfo(
             self.group_id,
@@ -213,7 +237,23 @@ class SparkSink:
             len(batch),
             len(flat),
             self.settings.table,
+            self.idempotent,
         )
+        return table, info
+
+    def write(self, prepared: list[Prepared]) -> None:
+        """Run the job on one batch, or append several batches in one commit."""
+        import pyarrow as pa
+
+        ready = [p for p in prepared if p is not None]
+        if not ready:
+            return
+        session = self.session()
+        if len(ready) == 1:
+            table, info = ready[0]
+        else:
+            table = pa.concat_tables([t for t, _ in ready], promote_options="permissive")
+            info = dataclasses.replace(ready[0][1], records=sum(i.records for _, i in ready))
         try:
             if self._created.is_set():
                 self.job(session.createDataFrame(table), info)

@@ -150,3 +150,47 @@ def test_the_worker_takes_no_secret_on_its_command_line() -> None:
 
     assert "--security.sasl-username" in flags
     assert not [flag for flag in flags if "password" in flag]
+
+
+@pytest.mark.parametrize(
+    ("spark", "field", "reason"),
+    [
+        ({}, "spark", "give table"),
+        ({"table": "/t", "remote": "http://x"}, "spark.remote", "sc://"),
+        ({"table": "/t", "job": "not a reference"}, "spark.job", "pattern"),
+        ({"table": "/t", "batch": {"max_records": 9000}}, "spark.batch.max_records", "queue"),
+        ({"table": "/t", "writers": 0}, "spark.writers", "greater than or equal to 1"),
+    ],
+)
+def test_a_bad_spark_section_names_the_field(
+    spark: dict[str, object], field: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {**BASE, "spark": spark})
+
+    assert field in caught.value.fields
+    assert reason in str(caught.value)
+
+
+def test_spark_jars_may_be_a_comma_separated_string_from_an_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KAFLEET_SPARK__TABLE", "/lake/orders")
+    monkeypatch.setenv("KAFLEET_SPARK__JARS", "/jars/a.jar, /jars/b.jar")
+
+    config = load_config(None, BASE)
+
+    assert config.spark is not None
+    assert config.spark.jars == ["/jars/a.jar", "/jars/b.jar"]
+
+
+def test_exactly_once_without_a_delta_table_is_refused_naming_the_guarantee() -> None:
+    from kafleet import ParallelConsumer
+
+    config = load_config(None, {**BASE, "guarantee": "exactly-once"})
+
+    with pytest.raises(ConfigError) as caught:
+        ParallelConsumer(config, lambda record: None)
+
+    assert caught.value.fields == ("guarantee",)
+    assert "spark.table" in str(caught.value)

@@ -28,25 +28,31 @@ TP = ("orders", 0)
 class MemorySink:
     """Writes batches to a list; fails the first ``failures`` writes; refuses ``poison``."""
 
-    def __init__(self, failures: int = 0, poison: int | None = None) -> None:
+    def __init__(self, failures: int = 0, poison: int | None = None, per_write: int = 1) -> None:
         self.failures = failures
         self.poison = poison
+        self.max_batches_per_write = per_write
         self.batches: list[Batch] = []
+        self.writes: list[list[Batch]] = []
         self.attempts = 0
         self.lock = threading.Lock()
 
     def rows(self, record: Record, result: Any) -> list[Row]:
         return to_rows(record, result)
 
-    def write(self, batch: Batch) -> None:
+    def prepare(self, batch: Batch) -> Batch:
+        if self.poison is not None and any(r.offset == self.poison for r in batch.records):
+            raise ResultError(f"orders[0]@{self.poison}", "does not fit the schema")
+        return batch
+
+    def write(self, prepared: list[Batch]) -> None:
         with self.lock:
             self.attempts += 1
-            if self.poison is not None and any(r.offset == self.poison for r in batch.records):
-                raise ResultError(f"orders[0]@{self.poison}", "does not fit the schema")
             if self.failures:
                 self.failures -= 1
                 raise ConnectionError("Spark is not reachable")
-            self.batches.append(batch)
+            self.batches.extend(prepared)
+            self.writes.append(prepared)
 
 
 @pytest.fixture
@@ -208,3 +214,28 @@ def test_handler_results_become_rows(result: Any, rows: list[Row]) -> None:
 def test_a_result_that_is_not_a_row_is_refused_naming_its_record() -> None:
     with pytest.raises(ResultError, match=r"orders\[0\]@5: the handler returned int"):
         to_rows(Record("orders", 0, 5, None, None), 42)
+
+
+def test_a_writer_that_takes_several_batches_gets_every_partitions_in_one_write() -> None:
+    offsets = OffsetTracker(gated=True)
+    queues = WorkQueues(QueueBounds(), "partition", 4)
+    tps = [("orders", p) for p in range(3)]
+    for tp in tps:
+        offsets.assign(tp)
+    queues.assign(tps)
+    sink = MemorySink(per_write=8)
+    shipper = Shipper(sink, BatchBounds(linger_s=3600), offsets, queues, Stats())
+    shipper.assign(tps)
+    for p in range(3):
+        for n in range(5):
+            offsets.add(("orders", p), n)
+            shipper.add(Record("orders", p, n, None, b"x"), {"n": n})
+            offsets.done(("orders", p), n)
+    shipper.close_intake()  # shutting down: everything ready is written now
+    shipper.start()
+    wait_until(lambda: shipper.settled() and sink.writes, 5, "the write")
+    shipper.stop()
+
+    assert len(sink.writes) == 1
+    assert sorted(b.partition for b in sink.writes[0]) == [0, 1, 2]
+    assert offsets.to_commit() == dict.fromkeys(tps, 5)

@@ -114,7 +114,7 @@ def test_a_custom_job_gets_each_batch_with_its_partition_and_offsets(
     config = consumer_config(
         topic,
         ordering="unordered",
-        **spark_fields(table, batch={"max_records": 50, "linger_ms": 100}),
+        **spark_fields(table, batch={"max_records": 50, "linger_ms": 100}, idempotent=True),
     )
     start_consumer(config, lambda r: {"n": record_number(r.value or b"")}, job=job)
     wait_until(
@@ -218,3 +218,39 @@ def test_a_result_that_cannot_be_a_row_is_dead_lettered_while_the_rest_lands(
 
     assert sorted(n for *_, n in table_rows(table)) == [n for n in range(200) if n != 77]
     assert consumer.stats.dead_lettered == 1
+
+
+def test_a_second_worker_joining_mid_stream_leaves_every_record_in_the_table_once(
+    spark: SparkSession,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    consumer_config: ConfigFactory,
+    start_consumer: Callable[..., ParallelConsumer],
+    committed_offsets: Callable[[str, str, int], dict[int, int]],
+    table: str,
+    table_rows: Callable[[str], list[tuple[str, int, int, int]]],
+) -> None:
+    """Exactly-once across a rebalance: the revoked partitions' done results are written
+    before their offsets are committed, and the new owner resumes after them."""
+    topic = topic_factory(partitions=4)
+    report = produce(topic, 2_000)
+    config = consumer_config(topic, guarantee="exactly-once", **spark_fields(table))
+
+    def handle(record: Record) -> dict[str, int]:
+        time.sleep(0.003)
+        return {"number": record_number(record.value or b"")}
+
+    first = start_consumer(config, handle)
+    wait_until(lambda: first.stats.sink_records >= 300, 60, "300 records written", every=0.2)
+    second = start_consumer(config, handle)
+    wait_until(
+        lambda: committed_offsets(config.group_id, topic, 4) == dict(report.per_partition),
+        120,
+        "every offset committed",
+        every=0.5,
+    )
+
+    assert first.stats.revoked >= 1  # the first worker handed partitions over
+    assert second.stats.sink_records > 0  # and the second wrote some
+    rows = table_rows(table)
+    assert sorted(n for *_, n in rows) == list(range(2_000))

@@ -130,6 +130,8 @@ def test_a_spark_connect_outage_pauses_the_worker_and_recovers_without_loss(
         table,
         "--spark.remote",
         own_spark_connect.url,
+        "--spark.idempotent",
+        "true",  # a retried write whose answer was lost lands once
         "--spark.retry-backoff-ms",
         "200",
         "--spark.max-retry-backoff-ms",
