@@ -58,6 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
             "Lake: point spark.remote at sc://localhost:PORT.",
         )
     )
+    operator = commands.add_parser(
+        "operator",
+        help="run the Kubernetes operator for ConsumerGroup resources (needs kafleet[operator])",
+        description="Reconcile ConsumerGroup resources into worker fleets; scale and tune them.",
+    )
+    try:
+        from kafleet_operator import main as operator_main
+    except ImportError:  # the [operator] extra is not installed
+        operator.set_defaults(unavailable=True)
+    else:
+        operator_main.add_arguments(operator)
     return parser
 
 
@@ -73,5 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return sidecar.run(args)
     if args.command == "spark-connect":
         return spark_connect.run(args)
+    if args.command == "operator":
+        if getattr(args, "unavailable", False):
+            parser.error("the operator needs kopf: pip install 'kafleet[operator]'")
+        from kafleet_operator import main as operator_main
+
+        return operator_main.run(args)
     parser.error(f"unknown command {args.command!r}")  # exits with status 2
     return 2

@@ -1,0 +1,209 @@
+"""The objects a ``ConsumerGroup`` owns, as pure functions of its parsed spec.
+
+Owns: the desired Deployment (a worker container running ``kafleet worker`` on the mounted
+configuration, a sidecar container serving probes and metrics from the shared state file,
+secrets as environment variables from Secrets, restricted pod security, a termination grace
+period that covers the worker's drain), the ConfigMap (the worker's validated configuration as
+YAML: the worker watches it, so tuning changes apply without a restart) and the metrics
+Service; their names, labels, selector and owner references. No I/O: every case is tested
+without a cluster.
+
+A change that touches only live-tunable values (``max_poll_records``, ``concurrency``) changes
+only the ConfigMap, never the pod template, so no pod restarts for tuning.
+
+Does not own applying them (``handlers.py``) or deciding replicas (``scaling.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from kafleet_operator.spec import STATE_FILE, ParsedSpec
+
+CONFIG_DIR = "/etc/kafleet"
+STATE_DIR = STATE_FILE.rsplit("/", 1)[0]
+SIDECAR_PORT = 8080
+Obj = dict[str, Any]
+
+
+def labels(name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "kafleet-worker",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/managed-by": "kafleet-operator",
+    }
+
+
+def match_labels(name: str) -> dict[str, str]:
+    """The labels that select a group's pods."""
+    return {k: v for k, v in labels(name).items() if k != "app.kubernetes.io/managed-by"}
+
+
+def selector(name: str) -> str:
+    """The label selector of a group's pods, as the scale subresource reports it."""
+    return ",".join(f"{k}={v}" for k, v in sorted(match_labels(name).items()))
+
+
+def owner_reference(owner: Obj) -> Obj:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner.get("apiVersion", "kafleet.io/v1alpha1"),
+        "kind": owner.get("kind", "ConsumerGroup"),
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(owner: Obj, name: str) -> Obj:
+    return {
+        "name": name,
+        "namespace": owner["metadata"]["namespace"],
+        "labels": labels(owner["metadata"]["name"]),
+        "ownerReferences": [owner_reference(owner)],
+    }
+
+
+def config_map(owner: Obj, parsed: ParsedSpec, max_poll_records: int | None = None) -> Obj:
+    """The worker's configuration file; ``max_poll_records`` is the tuned value, if any."""
+    data = parsed.worker_file()
+    if max_poll_records is not None:
+        data["max_poll_records"] = max_poll_records
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(owner, f"{owner['metadata']['name']}-worker"),
+        "data": {"worker.yaml": yaml.safe_dump(data, sort_keys=True)},
+    }
+
+
+def _secret_env(parsed: ParsedSpec) -> list[Obj]:
+    env = []
+    security = parsed.fleet.security
+    for variable, ref in (
+        ("KAFLEET_SECURITY__SASL_PASSWORD", security.sasl_password_secret),
+        ("KAFLEET_SECURITY__SSL_KEY_PASSWORD", security.ssl_key_password_secret),
+    ):
+        if ref is not None:
+            env.append(
+                {
+                    "name": variable,
+                    "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+                }
+            )
+    return env
+
+
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def _probe(path: str, period: int, failures: int) -> Obj:
+    return {
+        "httpGet": {"path": path, "port": "metrics"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 2,
+    }
+
+
+def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
+    name = owner["metadata"]["name"]
+    fleet, worker = parsed.fleet, parsed.worker
+    pod_labels = labels(name)
+    match = match_labels(name)
+    extra = copy.deepcopy(fleet.pod_template)
+    extra_meta = extra.pop("metadata", {})
+    worker_container: Obj = {
+        "name": "worker",
+        "image": fleet.image,
+        "args": ["kafleet", "worker", "--config", f"{CONFIG_DIR}/worker.yaml"],
+        "env": _secret_env(parsed),
+        "resources": copy.deepcopy(fleet.resources),
+        "securityContext": copy.deepcopy(RESTRICTED),
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "state", "mountPath": STATE_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    sidecar: Obj = {
+        "name": "sidecar",
+        "image": fleet.sidecar_image or fleet.image,
+        "args": [
+            "kafleet",
+            "sidecar",
+            "--state-file",
+            STATE_FILE,
+            "--port",
+            str(SIDECAR_PORT),
+        ],
+        "ports": [{"name": "metrics", "containerPort": SIDECAR_PORT}],
+        "livenessProbe": _probe("/healthz", 10, 3),
+        "readinessProbe": _probe("/readyz", 5, 2),
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": copy.deepcopy(RESTRICTED),
+        "volumeMounts": [{"name": "state", "mountPath": STATE_DIR}],
+    }
+    pod_spec: Obj = {
+        "containers": [worker_container, sidecar],
+        # The drain (shutdown_grace_s) and a margin for the last commit and the group leave.
+        "terminationGracePeriodSeconds": int(worker.shutdown_grace_s) + 15,
+        # The sidecar sees the worker's process: "process N is gone" beats a stale file.
+        "shareProcessNamespace": True,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
+        "volumes": [
+            {"name": "config", "configMap": {"name": f"{name}-worker"}},
+            {"name": "state", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        ],
+        **extra,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(owner, name),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": match},
+            # A rolling update adds a member before removing one: two rebalances, but the
+            # group never runs short. Pods drain on SIGTERM (kafleet worker).
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": {**pod_labels, **extra_meta.get("labels", {})},
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(SIDECAR_PORT),
+                        **extra_meta.get("annotations", {}),
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def service(owner: Obj) -> Obj:
+    name = owner["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(owner, f"{name}-metrics"),
+        "spec": {
+            "selector": match_labels(name),
+            "ports": [{"name": "metrics", "port": SIDECAR_PORT, "targetPort": "metrics"}],
+        },
+    }

@@ -1,0 +1,57 @@
+"""``kafleet operator``: run the operator (the same as ``kopf run -m kafleet_operator.handlers``).
+
+Owns: the command line (which namespaces to watch, the liveness endpoint, the kubeconfig, how
+to reach the sidecars) and starting kopf with the handlers registered. Does not own any
+behaviour of the handlers (``handlers.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import kopf
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="a namespace to watch (repeatable; a glob pattern is allowed); default: all",
+    )
+    parser.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8080/healthz",
+        help="kopf's liveness endpoint, for the operator's own probe",
+    )
+    parser.add_argument("--kubeconfig", help="default: in-cluster, else $KUBECONFIG")
+    parser.add_argument(
+        "--sidecar-url",
+        default="http://{pod_ip}:8080",
+        help="how to reach a pod's sidecar; {pod_ip} and {pod} are filled in",
+    )
+    parser.add_argument("--interval-s", type=float, default=5.0, help="how often to observe")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    os.environ["KAFLEET_OPERATOR_SIDECAR_URL"] = args.sidecar_url
+    os.environ["KAFLEET_OPERATOR_INTERVAL_S"] = str(args.interval_s)
+    from kafleet_operator import handlers  # registers the handlers, with the settings above
+
+    log = logging.getLogger("kafleet.operator")
+    log.info("watching %s every %g s", args.namespace or "all namespaces", handlers.INTERVAL_S)
+    kopf.run(
+        standalone=True,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+    )
+    return 0

@@ -1,0 +1,185 @@
+"""The ``ConsumerGroup`` resource's spec: the worker's configuration plus how to run the fleet.
+
+Owns: the fields the operator adds to the worker's own (``image``, ``replicas``,
+``autoscaling``, ``tuning``, ``resources``, ``pod_template``, and ``security`` with every secret
+taken from a Kubernetes Secret, never inlined), and ``parse_spec``, which validates a spec
+into those settings and a ``kafleet.ConsumerConfig``. The worker's fields keep their names
+(``max_poll_records``, ``queue.max_records``, ``spark.table``, ...): a spec, a worker's YAML
+file and ``kafleet worker``'s flags say the same thing the same way. The CRD's schema is made
+from these models (``crd.py``).
+
+Does not own building Kubernetes objects (``builders.py``) or any I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kafleet.config import ConsumerConfig, config_error
+from kafleet.errors import ConfigError, FieldProblem
+
+_Strict = ConfigDict(frozen=True, extra="forbid")
+
+# Worker fields the operator sets itself: the state file lives on the pod's shared volume.
+OPERATOR_OWNED = ("state_file", "state_interval_ms", "security")
+STATE_FILE = "/var/run/kafleet/state.json"
+
+
+class SecretKeyRef(BaseModel):
+    model_config = _Strict
+
+    name: str = Field(min_length=1, description="a Secret in the ConsumerGroup's namespace")
+    key: str = Field(min_length=1, description="the key within the Secret")
+
+
+class KafkaSecurity(BaseModel):
+    """The worker's ``security`` settings; passwords come from Secrets, never from the spec."""
+
+    model_config = _Strict
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_username: str | None = None
+    sasl_password_secret: SecretKeyRef | None = Field(
+        None, description="the SASL password, from a Secret"
+    )
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password_secret: SecretKeyRef | None = Field(
+        None, description="the SSL key's password, from a Secret"
+    )
+
+
+class Autoscaling(BaseModel):
+    """Replicas from the group's lag, read from Kafka (right even at zero replicas)."""
+
+    model_config = _Strict
+
+    min_replicas: int = Field(1, ge=0, le=1000, description="0 allows scaling to zero")
+    max_replicas: int = Field(10, ge=1, le=1000, description="never above the partition count")
+    lag_per_replica: int = Field(1000, ge=1, description="records of lag one replica takes on")
+    target_time_lag_s: float | None = Field(
+        None, gt=0, description="also scale so the estimated time lag stays under this"
+    )
+    activation_lag: int = Field(
+        0, ge=0, description="with min_replicas 0: scale from zero when lag passes this"
+    )
+    scale_up_stabilization_s: int = Field(
+        0, ge=0, le=3600, description="scale up to the lowest wish of this window (0: at once)"
+    )
+    scale_down_stabilization_s: int = Field(
+        300, ge=0, le=86_400, description="scale down only to the highest wish of this window"
+    )
+    external: bool = Field(
+        False, description="an HPA or KEDA owns replicas; the operator only reports lag"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must not exceed max_replicas")
+        return self
+
+
+class Tuning(BaseModel):
+    """``max_poll_records`` from the sidecars' measured handler latency and concurrency."""
+
+    model_config = _Strict
+
+    enabled: bool = True
+    target_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="one poll's work should take at most this share of drain_timeout_s",
+    )
+    min_max_poll_records: int = Field(10, ge=1, le=100_000)
+    max_max_poll_records: int = Field(5000, ge=1, le=100_000)
+    max_step: float = Field(2.0, gt=1, le=10, description="the most one change multiplies by")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Tuning:
+        if self.min_max_poll_records > self.max_max_poll_records:
+            raise ValueError("min_max_poll_records must not exceed max_max_poll_records")
+        return self
+
+
+class FleetSettings(BaseModel):
+    """What the operator needs besides the worker's configuration."""
+
+    model_config = _Strict
+
+    image: str = Field(min_length=1, description="the worker image (kafleet and the handler)")
+    sidecar_image: str | None = Field(None, description="defaults to image")
+    replicas: int = Field(1, ge=0, le=1000, description="set by autoscaling unless external")
+    autoscaling: Autoscaling | None = None
+    tuning: Tuning = Field(default_factory=Tuning)
+    security: KafkaSecurity = Field(default_factory=KafkaSecurity)
+    resources: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="the worker container's requests and limits"
+    )
+    pod_template: dict[str, Any] = Field(
+        default_factory=dict,
+        description="merged into the pod template: labels, annotations, nodeSelector, ...",
+    )
+
+
+FLEET_FIELDS = tuple(FleetSettings.model_fields)
+
+
+@dataclass(frozen=True)
+class ParsedSpec:
+    fleet: FleetSettings
+    worker: ConsumerConfig  # without secrets: those reach the pod from Secrets
+
+    def worker_file(self) -> dict[str, Any]:
+        """The worker's YAML file as the ConfigMap holds it (no secret: they come from env)."""
+        data = self.worker.model_dump(mode="json", exclude={"security", "state_file"})
+        data["state_file"] = STATE_FILE
+        security = self.fleet.security.model_dump(
+            mode="json",
+            exclude_none=True,
+            exclude={"sasl_password_secret", "ssl_key_password_secret"},
+        )
+        data["security"] = security
+        return data
+
+
+def parse_spec(spec: Mapping[str, Any]) -> ParsedSpec:
+    """Validate a ConsumerGroup spec; ``ConfigError`` names every bad field and why."""
+    fleet_part = {k: v for k, v in spec.items() if k in FLEET_FIELDS}
+    worker_part = {k: v for k, v in spec.items() if k not in FLEET_FIELDS}
+    problems: list[FieldProblem] = []
+    fleet: FleetSettings | None = None
+    try:
+        fleet = FleetSettings.model_validate(fleet_part)
+    except ValidationError as exc:
+        problems.extend(config_error(exc).problems)
+    for owned in OPERATOR_OWNED:
+        if owned in worker_part and owned != "security":
+            problems.append(FieldProblem(owned, "set by the operator; leave it out"))
+    worker_part = {k: v for k, v in worker_part.items() if k not in OPERATOR_OWNED}
+    try:
+        worker = ConsumerConfig.model_validate(worker_part)
+    except ValidationError as exc:
+        problems.extend(config_error(exc).problems)
+    if fleet is not None and fleet.security.protocol.startswith("SASL"):
+        if fleet.security.sasl_mechanism is None:
+            problems.append(FieldProblem("security.sasl_mechanism", "required with SASL"))
+        elif fleet.security.sasl_mechanism != "OAUTHBEARER" and not (
+            fleet.security.sasl_username and fleet.security.sasl_password_secret
+        ):
+            problems.append(
+                FieldProblem(
+                    "security.sasl_password_secret",
+                    "sasl_username and sasl_password_secret (a Secret) are required",
+                )
+            )
+    if problems or fleet is None:
+        raise ConfigError(problems, "ConsumerGroup spec")
+    return ParsedSpec(fleet, worker)

@@ -1,0 +1,137 @@
+"""The scaling and tuning policies, exhaustively: replicas follow lag within the bounds and the
+partition count, scale up at once and down only after the window, never flap; max_poll_records
+moves towards what fits the drain deadline in bounded steps."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafleet_operator.scaling import decide, time_lag_s, wanted
+from kafleet_operator.spec import Autoscaling, Tuning
+from kafleet_operator.tuning import step, target
+
+policies = st.builds(
+    Autoscaling,
+    min_replicas=st.integers(0, 5),
+    max_replicas=st.integers(5, 50),
+    lag_per_replica=st.integers(1, 10_000),
+    activation_lag=st.integers(0, 100),
+    scale_down_stabilization_s=st.integers(0, 600),
+)
+
+
+@given(lag=st.integers(0, 10**9), partitions=st.integers(1, 200), policy=policies)
+def test_replicas_stay_within_the_bounds_and_the_partition_count(
+    lag: int, partitions: int, policy: Autoscaling
+) -> None:
+    n = wanted(lag, partitions, policy)
+
+    assert n <= min(policy.max_replicas, partitions)
+    assert n >= min(policy.min_replicas, partitions)
+    if lag > policy.activation_lag:
+        assert n >= min(math.ceil(lag / policy.lag_per_replica), policy.max_replicas, partitions)
+
+
+def test_a_backlog_asks_one_replica_per_lag_per_replica() -> None:
+    policy = Autoscaling(min_replicas=1, max_replicas=10, lag_per_replica=100)
+
+    assert wanted(0, 8, policy) == 1
+    assert wanted(250, 8, policy) == 3
+    assert wanted(10_000, 8, policy) == 8  # never more than the partitions
+    assert wanted(10_000, 20, policy) == 10  # nor than max_replicas
+
+
+def test_scale_to_zero_waits_for_the_activation_threshold() -> None:
+    policy = Autoscaling(min_replicas=0, max_replicas=4, lag_per_replica=100, activation_lag=50)
+
+    assert wanted(0, 4, policy) == 0
+    assert wanted(50, 4, policy) == 0
+    assert wanted(51, 4, policy) == 1
+
+
+def test_being_behind_in_time_adds_a_replica() -> None:
+    policy = Autoscaling(lag_per_replica=10_000, target_time_lag_s=30)
+
+    assert wanted(100, 8, policy, time_lag_s=10, current=2) == 1
+    assert wanted(100, 8, policy, time_lag_s=60, current=2) == 3
+
+
+def test_up_at_once_down_only_after_the_window() -> None:
+    policy = Autoscaling(min_replicas=1, max_replicas=8, scale_down_stabilization_s=60)
+
+    assert decide(1, [(0, 4)], 0, policy).replicas == 4
+    history = [(0.0, 4), (30.0, 1)]
+    assert decide(4, history, 30, policy).replicas == 4  # still in the window: stay
+    later = decide(4, [*history, (61.0, 1)], 61, policy)
+    assert (later.replicas, later.reason) == (1, "ScaledDownAfterWindow")
+
+
+def test_an_external_autoscaler_owns_the_replicas() -> None:
+    policy = Autoscaling(external=True)
+
+    decision = decide(3, [(0, 9)], 0, policy)
+
+    assert (decision.replicas, decision.changes) == (3, False)
+
+
+@given(
+    wishes=st.lists(st.integers(0, 10), min_size=1, max_size=60),
+    window=st.integers(1, 30),
+)
+def test_scaling_down_never_flaps_within_the_window(wishes: list[int], window: int) -> None:
+    """After a scale down, no other scale down happens before the wishes of a whole window
+    agree on it, and a scale up is never undone by a wish older than the window."""
+    policy = Autoscaling(min_replicas=0, max_replicas=10, scale_down_stabilization_s=window)
+    current, history, downs = 1, [], []
+    for t, wish in enumerate(wishes):
+        history.append((float(t), wish))
+        decision = decide(current, history, float(t), policy)
+        if decision.replicas < current:
+            downs.append(t)
+            recent = [w for s, w in history if t - s <= window]
+            assert decision.replicas == max(recent)
+        current = decision.replicas
+
+
+def test_time_lag_is_interpolated_from_the_log_end_history() -> None:
+    ends = [(0.0, 0), (10.0, 100), (20.0, 200)]
+
+    assert time_lag_s(ends, 200, 20) == 0.0
+    assert time_lag_s(ends, 150, 20) == 5.0  # the end stood at 150 five seconds ago
+    assert time_lag_s(ends, 50, 25) == 20.0
+    assert time_lag_s([], 0, 0) is None
+
+
+@given(
+    current=st.integers(10, 5000),
+    latency=st.floats(1e-5, 30),
+    concurrency=st.integers(1, 256),
+    drain=st.floats(1, 60),
+)
+def test_tuning_moves_towards_the_target_in_bounded_steps(
+    current: int, latency: float, concurrency: int, drain: float
+) -> None:
+    policy = Tuning()
+    move = step(current, latency, concurrency, drain, 100_000, policy)
+    goal = target(latency, concurrency, drain, policy)
+
+    assert policy.min_max_poll_records <= move.max_poll_records <= policy.max_max_poll_records
+    assert current / policy.max_step - 1 <= move.max_poll_records <= current * policy.max_step
+    if move.changes:  # towards the goal (or back inside the bounds)
+        clamped_goal = max(policy.min_max_poll_records, min(policy.max_max_poll_records, goal))
+        assert (move.max_poll_records - current) * (clamped_goal - current) > 0
+
+
+def test_slow_handlers_lower_max_poll_records_and_fast_ones_raise_it() -> None:
+    policy = Tuning(target_share=0.5)
+
+    slow = step(500, 0.2, 4, 10.0, 5000, policy)  # a poll of 500 takes 25 s; 5 s allowed
+    fast = step(100, 0.001, 16, 10.0, 5000, policy)
+
+    assert (slow.max_poll_records, slow.reason) == (250, "LoweredForSlowHandlers")
+    assert (fast.max_poll_records, fast.reason) == (200, "RaisedForFastHandlers")
+    assert step(500, None, 4, 10.0, 5000, policy).changes is False  # nothing measured yet
+    assert step(100, 0.001, 16, 10.0, 150, policy).max_poll_records == 150  # queue bound
