@@ -269,6 +269,14 @@ class ConsumerConfig(BaseSettings):
             yield "max_poll_records", "must not exceed queue.max_records"
         if self.guarantee == "exactly-once" and self.spark and self.spark.idempotent is False:
             yield "spark.idempotent", "exactly-once needs idempotent writes: leave it unset"
+        if self.spark and self.spark.idempotent is not False and not self.spark.coordinates:
+            idempotent = self.spark.idempotent or self.guarantee == "exactly-once"
+            if idempotent and not self.spark.job:
+                yield (
+                    "spark.coordinates",
+                    "idempotent writes replace each batch's range of offsets by the "
+                    "kafka_* columns: keep them",
+                )
         if self.spark is not None and self.spark.batch.max_records > self.queue.max_records:
             yield (
                 "spark.batch.max_records",

@@ -65,6 +65,15 @@ class BatchInfo:
         return txn_app_id(self.group_id, self.topic, self.partition)
 
     @property
+    def range_predicate(self) -> str:
+        """The batch's rows in the table, by their coordinates (for ``replaceWhere``)."""
+        topic = self.topic.replace("\\", "\\\\").replace("'", "\\'")
+        return (
+            f"kafka_topic = '{topic}' AND kafka_partition = {self.partition} "
+            f"AND kafka_offset BETWEEN {self.first_offset} AND {self.last_offset}"
+        )
+
+    @property
     def write_options(self) -> dict[str, str]:
         """Pass these to the Delta write (``.options(**info.write_options)``): when writes are
         idempotent (``spark.idempotent``, always with exactly-once) a batch written again (a
@@ -266,9 +275,21 @@ class SparkSink:
             raise
 
     def append_to_delta(self, df: DataFrame, info: BatchInfo) -> None:
-        """The default job: an idempotent append to the Delta table at ``spark.table``."""
+        """The default job: an append to the Delta table at ``spark.table``.
+
+        Idempotent writes replace the batch's own range of offsets (``replaceWhere``) rather
+        than appending: a write that outlived its worker (a Spark Connect server finishes an
+        operation whose client was killed) may have landed part of the range under another
+        batch's ``txnVersion``, and a replace leaves each offset in the table once whatever
+        overlapped. Delta's conflict checks make two writers of one range fail and retry.
+        """
         assert info.table is not None
-        df.write.format("delta").mode("append").options(**info.write_options).save(info.table)
+        writer = df.write.format("delta").options(**info.write_options)
+        if info.idempotent:
+            writer = writer.mode("overwrite").option("replaceWhere", info.range_predicate)
+        else:
+            writer = writer.mode("append")
+        writer.save(info.table)
 
     def _arrow(self, batch: Batch, flat: list[Row]) -> pa.Table:
         import pyarrow as pa

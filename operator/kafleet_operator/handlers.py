@@ -27,7 +27,6 @@ from typing import Any
 
 import kopf
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.dynamic import DynamicClient
@@ -35,7 +34,7 @@ from kubernetes.dynamic import DynamicClient
 from kafleet.errors import ConfigError
 from kafleet_operator import builders, scaling, tuning
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
-from kafleet_operator.lag_reader import read_lag
+from kafleet_operator.lag_reader import read_lag, reader
 from kafleet_operator.spec import ParsedSpec, parse_spec
 
 log = logging.getLogger("kafleet.operator")
@@ -221,16 +220,18 @@ def _observe_lag(
     generation: int,
 ) -> dict[str, Any]:
     worker = parsed.worker
-    if "admin" not in memo:
-        memo["admin"] = AdminClient(
-            {"bootstrap.servers": worker.bootstrap_servers, **worker.security.properties()}
+    if memo.get("reader_of") != (worker.bootstrap_servers, worker.group_id):
+        if "reader" in memo:
+            memo["reader"].close()
+        memo["reader"] = reader(
+            worker.bootstrap_servers, worker.group_id, worker.security.properties()
         )
+        memo["reader_of"] = (worker.bootstrap_servers, worker.group_id)
         memo["ends"] = deque(maxlen=120)
         memo["wishes"] = deque(maxlen=2000)
     try:
         reading = read_lag(
-            memo["admin"],
-            worker.group_id,
+            memo["reader"],
             list(worker.topics),
             worker.topic_pattern,
             worker.auto_offset_reset == "earliest",

@@ -1,11 +1,12 @@
-"""Reading a group's lag from Kafka's admin API: the operator's one Kafka edge.
+"""Reading a group's lag from Kafka: the operator's one Kafka edge.
 
 Owns: for a consumer group and its topics, each partition's committed offset and log-end
-offset (``list_consumer_group_offsets`` and ``list_offsets``), the lag of a partition with
-no commit (from its earliest offset, as ``auto_offset_reset: earliest`` would read it, or none
-with ``latest``), and naming topics that do not exist. Read from Kafka, not from the workers,
-so it is right at zero replicas (as KEDA does). Blocking calls with timeouts: run it in a
-thread. Does not own what the lag means (``scaling.py``).
+offset (``Consumer.committed`` and the watermarks, from a client that never joins the
+group), the lag of a partition with no commit (from its earliest offset, as
+``auto_offset_reset: earliest`` would read it, or none with ``latest``), and naming topics
+that do not exist. Read from Kafka, not from the workers, so it is right at zero replicas
+(as KEDA does). Blocking calls with timeouts: run it in a thread. Does not own what the lag
+means (``scaling.py``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported for type checkers
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 TP = tuple[str, int]
 TIMEOUT_S = 10.0
@@ -49,15 +48,28 @@ class LagReading:
         return sum(self.ends[tp] - lag for tp, lag in self.lag.items())
 
 
+def reader(bootstrap: str, group_id: str, properties: dict[str, str]) -> Consumer:
+    """A client of the group that never joins it: it only reads offsets. (The admin API's
+    ``list_consumer_group_offsets`` crashed confluent-kafka 2.16.1 on a cluster whose offsets
+    topic did not exist yet; ``Consumer.committed`` is the long-standing way.)"""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            **properties,
+        }
+    )
+
+
 def read_lag(
-    admin: AdminClient,
-    group_id: str,
+    client: Consumer,
     topics: list[str],
     topic_pattern: str | None = None,
     reset_earliest: bool = True,
 ) -> LagReading:
     """Raises ``KafkaException`` when the cluster cannot be reached."""
-    metadata = admin.list_topics(timeout=TIMEOUT_S)
+    metadata = client.list_topics(timeout=TIMEOUT_S)
     if topic_pattern:
         pattern = re.compile(topic_pattern)
         chosen = [t for t in metadata.topics if pattern.match(t) and not t.startswith("__")]
@@ -68,35 +80,19 @@ def read_lag(
     tps = [(t, p) for t in sorted(chosen) for p in sorted(metadata.topics[t].partitions)]
     if not tps:
         return LagReading(missing_topics=missing)
-    request = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in tps])]
-    result = admin.list_consumer_group_offsets(request, request_timeout=TIMEOUT_S)
-    committed: dict[TP, int | None] = {}
-    for future in result.values():
-        for tp in future.result().topic_partitions:
-            committed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
-    ends = _offsets(admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
-    starts = (
-        _offsets(admin, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        if reset_earliest
-        else ends
-    )
-    lag = {}
+    committed: dict[TP, int | None] = {
+        (tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None
+        for tp in client.committed([TopicPartition(t, p) for t, p in tps], timeout=TIMEOUT_S)
+    }
+    ends, lag = {}, {}
     for tp in tps:
+        try:
+            low, high = client.get_watermark_offsets(TopicPartition(*tp), timeout=TIMEOUT_S)
+        except KafkaException:  # a new partition without a leader yet: nothing to read
+            low = high = 0
+        ends[tp] = high
         base = committed.get(tp)
         if base is None:
-            base = starts[tp]
-        lag[tp] = max(0, ends[tp] - base)
+            base = low if reset_earliest else high
+        lag[tp] = max(0, high - base)
     return LagReading(committed, ends, lag, missing)
-
-
-def _offsets(admin: AdminClient, tps: list[TP], spec: OffsetSpec) -> dict[TP, int]:
-    futures = admin.list_offsets(
-        {TopicPartition(t, p): spec for t, p in tps}, request_timeout=TIMEOUT_S
-    )
-    out = {}
-    for tp, future in futures.items():
-        try:
-            out[(tp.topic, tp.partition)] = future.result().offset
-        except KafkaException:
-            out[(tp.topic, tp.partition)] = 0
-    return out

@@ -42,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
+        # The client read $KUBECONFIG when it was imported (kopf's login and ours use it).
+        from kubernetes.config import kube_config
+
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
     os.environ["KAFLEET_OPERATOR_SIDECAR_URL"] = args.sidecar_url
     os.environ["KAFLEET_OPERATOR_INTERVAL_S"] = str(args.interval_s)
     from kafleet_operator import handlers  # registers the handlers, with the settings above

@@ -27,6 +27,7 @@ STATE = {
             "queued_bytes": 2400,
             "paused": True,
             "in_flight": 1,
+            "held": 40,
             "oldest_in_flight_s": 0.3,
         }
     },
@@ -44,6 +45,11 @@ STATE = {
     "pauses": 3,
     "resumes": 2,
     "revoke_seconds": [0.25],
+    "sink": {"where": "sc://spark:15002", "failing_since": 1.7e9, "last_error": "down"},
+    "sink_batches": 7,
+    "sink_rows": 700,
+    "sink_write_failures": 2,
+    "sink_write_seconds_sum": 3.5,
 }
 
 

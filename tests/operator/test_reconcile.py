@@ -1,0 +1,222 @@
+"""A real operator process on the real control plane (kwok runs the pods) and the real broker:
+a ConsumerGroup becomes its Deployment, ConfigMap and Service, turns Ready, shows its columns,
+scales through the scale subresource, refuses or reports bad specs by field, leaves a right
+fleet alone after a restart, and takes what it owned with it when deleted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.conftest import K8s, TopicFactory
+from tests.infra.kafka import TestbedError
+from tests.infra.waiting import wait_until
+from tests.operator.conftest import Operator, apply, consumer_group, get, wait_condition
+
+
+def owned(k8s: K8s, namespace: str, name: str) -> dict[str, dict[str, object]]:
+    return {
+        kind: get(k8s, namespace, kind, obj)
+        for kind, obj in (
+            ("deployment", name),
+            ("configmap", f"{name}-worker"),
+            ("service", f"{name}-metrics"),
+        )
+    }
+
+
+def test_a_consumer_group_becomes_its_objects_and_turns_ready(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+) -> None:
+    topic = topic_factory(partitions=4)
+    operator()
+    apply(k8s, namespace, consumer_group("billing", kafka, topic, replicas=2))
+
+    wait_until(
+        lambda: k8s.kubectl("get", "-n", namespace, "deployment", "billing", check=False),
+        60,
+        "the Deployment",
+        every=0.5,
+    )
+    ready = wait_condition(k8s, namespace, "billing", "Ready", "True", timeout=90)
+    wait_until(
+        lambda: get(k8s, namespace, "kcg", "billing")["status"].get("partitions") == 4,
+        30,
+        "the partition count read from Kafka",
+        every=0.5,
+    )
+    group = get(k8s, namespace, "kcg", "billing")
+    objects = owned(k8s, namespace, "billing")
+
+    for obj in objects.values():
+        (ref,) = obj["metadata"]["ownerReferences"]  # type: ignore[index]
+        assert ref["kind"] == "ConsumerGroup"
+        assert ref["uid"] == group["metadata"]["uid"]
+        assert ref["controller"] is True
+    deployment = objects["deployment"]
+    assert deployment["spec"]["replicas"] == 2  # type: ignore[index]
+    assert "2 of 2 replicas ready" in ready["message"]
+    assert group["status"]["labelSelector"] == (
+        "app.kubernetes.io/instance=billing,app.kubernetes.io/name=kafleet-worker"
+    )
+    assert group["status"]["partitions"] == 4
+    table = k8s.kubectl("get", "-n", namespace, "kcg", "-o", "wide")
+    print(table)
+    header = table.splitlines()[0].split()
+    assert header[:6] == ["NAME", "READY", "REPLICAS", "LAG", "MAXPOLLRECORDS", "AGE"]
+    assert table.splitlines()[1].split()[1:4] == ["True", "2", "0"]
+
+
+def test_kubectl_scale_works_through_the_scale_subresource(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+) -> None:
+    topic = topic_factory(partitions=4)
+    operator()
+    apply(k8s, namespace, consumer_group("scaled", kafka, topic, replicas=1))
+    wait_condition(k8s, namespace, "scaled", "Ready", "True", timeout=90)
+
+    k8s.kubectl("scale", "-n", namespace, "kcg", "scaled", "--replicas=3")
+
+    wait_until(
+        lambda: get(k8s, namespace, "deployment", "scaled")["spec"]["replicas"] == 3,
+        60,
+        "the Deployment at 3 replicas",
+        every=0.5,
+    )
+    wait_until(
+        lambda: get(k8s, namespace, "kcg", "scaled").get("status", {}).get("readyReplicas") == 3,
+        90,
+        "3 ready replicas in the status",
+        every=0.5,
+    )
+
+
+MALFORMED = [
+    ({"topics": []}, "give exactly one of topics and topic_pattern"),
+    ({"autoscaling": {"min_replicas": 5, "max_replicas": 2}}, "must not exceed"),
+    ({"autoscaling": {"lag_per_replica": -5}}, "lag_per_replica"),
+    ({"ordering": "random"}, "ordering"),
+    ({"security": {"protocol": "SASL_SSL", "sasl_password": "hunter2"}}, "sasl_password"),
+    ({"max_poll_records": 0}, "max_poll_records"),
+    ({"replicas": -1}, "replicas"),
+    ({"queue": {"max_records": 100}, "max_poll_records": 500}, "max_poll_records"),
+]
+DEGRADED = [
+    ({"spark": {"table": "/t", "batch": {"max_records": 9000}}}, "spark.batch.max_records"),
+    ({"drain_timeout_s": 200}, "drain_timeout_s"),
+]
+
+
+@pytest.mark.parametrize(("change", "named"), MALFORMED)
+def test_a_malformed_manifest_is_rejected_by_the_api_server_naming_the_field(
+    k8s: K8s, namespace: str, crd: str, change: dict[str, object], named: str
+) -> None:
+    manifest = consumer_group("bad", "kafka:9092", "orders", **change)
+
+    with pytest.raises(TestbedError, match=named):
+        apply(k8s, namespace, manifest)
+
+
+@pytest.mark.parametrize(("change", "named"), DEGRADED)
+def test_a_spec_only_the_operator_can_judge_is_reported_degraded_naming_the_field(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    operator: Callable[..., Operator],
+    change: dict[str, object],
+    named: str,
+) -> None:
+    operator()
+    apply(k8s, namespace, consumer_group("judged", kafka, "orders", **change))
+
+    degraded = wait_condition(k8s, namespace, "judged", "Degraded", "True")
+
+    assert degraded["reason"] == "InvalidSpec"
+    assert named in degraded["message"]
+    assert not k8s.kubectl("get", "-n", namespace, "deployment", "judged", check=False)
+
+
+def test_a_missing_topic_and_an_unreachable_broker_are_reported_degraded(
+    k8s: K8s, namespace: str, kafka: str, operator: Callable[..., Operator]
+) -> None:
+    operator()
+    apply(k8s, namespace, consumer_group("lost", kafka, "no-such-topic"))
+    apply(k8s, namespace, consumer_group("far", "127.0.0.1:1", "orders"))
+
+    missing = wait_condition(k8s, namespace, "lost", "Degraded", "True")
+    unreachable = wait_condition(k8s, namespace, "far", "Degraded", "True", timeout=90)
+
+    assert missing["reason"] == "TopicNotFound"
+    assert "no-such-topic" in missing["message"]
+    assert unreachable["reason"] == "KafkaUnreachable"
+    assert "127.0.0.1:1" in unreachable["message"]
+
+
+def test_a_restarted_operator_changes_nothing_that_is_already_right(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+) -> None:
+    topic = topic_factory(partitions=2)
+    first = operator()
+    apply(k8s, namespace, consumer_group("steady", kafka, topic, replicas=2))
+    wait_condition(k8s, namespace, "steady", "Ready", "True", timeout=90)
+    before = {
+        kind: obj["metadata"]["resourceVersion"]  # type: ignore[index]
+        for kind, obj in owned(k8s, namespace, "steady").items()
+    }
+    pods_before = k8s.kubectl("get", "pods", "-n", namespace, "-o", "name")
+
+    first.stop()
+    operator()
+    time.sleep(8)  # the resume handler and several timer passes
+
+    after = {
+        kind: obj["metadata"]["resourceVersion"]  # type: ignore[index]
+        for kind, obj in owned(k8s, namespace, "steady").items()
+    }
+    assert after == before
+    assert k8s.kubectl("get", "pods", "-n", namespace, "-o", "name") == pods_before
+
+
+def test_deleting_the_consumer_group_removes_what_it_owned(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+) -> None:
+    topic = topic_factory(partitions=2)
+    operator()
+    apply(k8s, namespace, consumer_group("gone", kafka, topic))
+    wait_condition(k8s, namespace, "gone", "Ready", "True", timeout=90)
+
+    k8s.kubectl("delete", "-n", namespace, "kcg", "gone", "--wait=true", "--timeout=60s")
+
+    for kind, name in (
+        ("deployment", "gone"),
+        ("configmap", "gone-worker"),
+        ("service", "gone-metrics"),
+    ):
+        wait_until(
+            lambda kind=kind, name=name: (
+                not k8s.kubectl(
+                    "get", "-n", namespace, kind, name, "--ignore-not-found", check=False
+                ).strip()
+            ),
+            60,
+            f"the {kind} to be collected",
+            every=0.5,
+        )
