@@ -148,7 +148,8 @@ def k8s() -> Iterator[K8s]:
 @pytest.fixture
 def namespace(k8s: K8s, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for one test, deleted (without waiting) after it."""
-    name = _unique("ns", request)[:63].rstrip("-").lower()
+    unique = _unique("ns", request)
+    name = f"{unique[:54].rstrip('-')}-{unique[-8:]}".lower()  # the suffix keeps it unique
     k8s.kubectl("create", "namespace", name)
     yield name
     k8s.kubectl("delete", "namespace", name, "--wait=false", check=False)
