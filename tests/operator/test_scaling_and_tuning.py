@@ -1,0 +1,203 @@
+"""The operator scales from real lag and tunes from real sidecars: a backlog on a real topic
+raises replicas (never above the partition count), a real worker draining it lowers them only
+after the stabilization window, and slow handlers reported by a sidecar lower
+max_poll_records in the ConfigMap while no pod restarts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, K8s, TopicFactory
+from tests.infra.kafka import free_port
+from tests.infra.records import ProduceReport
+from tests.infra.waiting import wait_until
+from tests.operator.conftest import Operator, apply, consumer_group, get, wait_condition
+
+
+def replicas(k8s: K8s, namespace: str, name: str) -> int:
+    """The Deployment's replicas (0 before the operator made it)."""
+    text = k8s.kubectl(
+        "get", "-n", namespace, "deployment", name, "--ignore-not-found", "-o", "json"
+    )
+    return int(json.loads(text)["spec"]["replicas"]) if text.strip() else 0
+
+
+def events(k8s: K8s, namespace: str, name: str) -> list[dict[str, str]]:
+    listed = json.loads(
+        k8s.kubectl(
+            "get",
+            "events",
+            "-n",
+            namespace,
+            "--field-selector",
+            f"involvedObject.name={name}",
+            "-o",
+            "json",
+        )
+    )
+    return [{"reason": e["reason"], "message": e["message"]} for e in listed["items"]]
+
+
+def test_a_backlog_raises_replicas_to_the_partitions_and_draining_lowers_them_after_the_window(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    operator: Callable[..., Operator],
+    worker: Callable[..., subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=3)
+    produce(topic, 3_000)
+    operator()
+    manifest = consumer_group(
+        "scaler",
+        kafka,
+        topic,
+        autoscaling={
+            "min_replicas": 1,
+            "max_replicas": 10,
+            "lag_per_replica": 100,  # 3,000 records ask for 30: the 3 partitions cap it
+            "scale_down_stabilization_s": 15,
+        },
+    )
+    apply(k8s, namespace, manifest)
+
+    wait_until(lambda: replicas(k8s, namespace, "scaler") == 3, 60, "3 replicas", every=0.5)
+    status = get(k8s, namespace, "kcg", "scaler")["status"]
+    assert status["lag"] == 3_000
+    assert status["lastScaleReason"] == "ScaledUpForLag"
+    assert any(e["reason"] == "ScaledUpForLag" for e in events(k8s, namespace, "scaler"))
+    time.sleep(3)
+    assert replicas(k8s, namespace, "scaler") == 3  # never above the partitions
+
+    worker(topic, manifest["spec"]["group_id"], tmp_path / "done.txt")  # drains it for real
+    wait_until(
+        lambda: get(k8s, namespace, "kcg", "scaler")["status"]["lag"] == 0,
+        90,
+        "the lag drained",
+        every=0.5,
+    )
+    drained_at = time.monotonic()
+    while time.monotonic() - drained_at < 10:  # inside the 15 s window: no scale down
+        assert replicas(k8s, namespace, "scaler") == 3
+        time.sleep(0.5)
+    wait_until(lambda: replicas(k8s, namespace, "scaler") == 1, 30, "1 replica", every=0.5)
+
+    assert time.monotonic() - drained_at >= 12  # the window, less the observation lag
+    status = get(k8s, namespace, "kcg", "scaler")["status"]
+    assert status["lastScaleReason"] == "ScaledDownAfterWindow"
+
+
+@pytest.fixture
+def slow_sidecar(tmp_path: Path) -> Iterator[str]:
+    """A real ``kafleet sidecar`` serving a worker state whose handlers take 200 ms each, at
+    concurrency 4 (simulated: the worker pods are kwok's)."""
+    state = tmp_path / "state.json"
+    state.write_text(
+        json.dumps(
+            {
+                "written_at": time.time() + 3600,
+                "group_id": "tuned",
+                "concurrency": 4,
+                "partitions": {},
+                "handler_latency": {
+                    "buckets": [0.1, 0.25, 1.0],
+                    "counts": [0, 50, 0, 0],
+                    "sum": 10.0,
+                },
+            }
+        )
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kafleet",
+            "sidecar",
+            "--state-file",
+            str(state),
+            "--port",
+            str(port),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _answers(url), 30, "the sidecar")
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/status", timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def test_slow_handlers_lower_max_poll_records_in_the_config_map_while_no_pod_restarts(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+    slow_sidecar: str,
+) -> None:
+    topic = topic_factory(partitions=2)
+    operator(sidecar_url=slow_sidecar)  # every pod's sidecar is this one
+    manifest = consumer_group(
+        "tuned",
+        kafka,
+        topic,
+        replicas=2,
+        max_poll_records=500,
+        drain_timeout_s=10,
+        tuning={"enabled": True, "target_share": 0.5},
+    )
+    apply(k8s, namespace, manifest)
+    wait_condition(k8s, namespace, "tuned", "Ready", "True", timeout=90)
+    uids = ("get", "pods", "-n", namespace, "-o", "jsonpath={.items[*].metadata.uid}")
+    pods = k8s.kubectl(*uids)
+    generation = get(k8s, namespace, "deployment", "tuned")["metadata"]["generation"]
+
+    # 500 records at 200 ms over 4 handlers take 25 s; half of the 10 s drain allows 100.
+    wait_until(
+        lambda: get(k8s, namespace, "kcg", "tuned")["status"].get("maxPollRecords") == 100,
+        60,
+        "max_poll_records tuned down to 100",
+        every=0.5,
+    )
+
+    config = yaml.safe_load(get(k8s, namespace, "configmap", "tuned-worker")["data"]["worker.yaml"])
+    assert config["max_poll_records"] == 100
+    steps = {
+        e["message"].split(":")[0]
+        for e in events(k8s, namespace, "tuned")
+        if e["reason"] == "LoweredForSlowHandlers"
+    }
+    assert steps == {
+        "max_poll_records 500 -> 250",
+        "max_poll_records 250 -> 125",
+        "max_poll_records 125 -> 100",
+    }
+    assert (
+        k8s.kubectl("get", "pods", "-n", namespace, "-o", "jsonpath={.items[*].metadata.uid}")
+        == pods
+    )
+    assert get(k8s, namespace, "deployment", "tuned")["metadata"]["generation"] == generation
