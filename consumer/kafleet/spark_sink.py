@@ -8,9 +8,9 @@ NamedTuple, or a list of them: one record may give several rows, or none); the r
 through Arrow (``pa.Table.from_pylist``, then one ``createDataFrame``), never row by row;
 calling the job as ``job(df, batch_info)``, like ``foreachBatch``; the default job, an append
 to a Delta table with the Kafka coordinates as columns; idempotent writes (``txnAppId`` =
-group/topic/partition, ``txnVersion`` = the batch's last offset), so a batch written twice
-lands once; and, for exactly-once, reading back from the table's log where each partition's
-output ends (``stored_offsets``).
+group/topic/partition, ``txnVersion`` = the batch's last offset, and the batch's range
+replaced rather than appended), so a batch written twice lands once; and, for exactly-once,
+where each partition's output ends (``stored_offsets``, read by ``delta_log.py``).
 
 Does not own batching, retrying or committing (``shipping.py``, ``poller.py``).
 """
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import BaseModel
 
+from kafleet import delta_log
 from kafleet.batcher import Batch, Row
 from kafleet.errors import ConfigError, FieldProblem, ResultError, SinkError
 from kafleet.imports import import_reference
@@ -320,39 +321,20 @@ class SparkSink:
     # -- exactly-once (OffsetStore) -------------------------------------------------------
 
     def stored_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """For each partition, the offset after the last batch the table holds (from the
-        ``txn`` actions of the Delta log: its JSON commits and checkpoints)."""
+        """For each partition, the offset after the last batch the table holds."""
         if not partitions or self.settings.table is None:
             return {}
-        from pyspark.errors import AnalysisException
-        from pyspark.sql import functions as fn
-
         wanted = {txn_app_id(self.group_id, t, p): (t, p) for t, p in partitions}
-        spark = self.session()
-        log_dir = self.settings.table.rstrip("/") + "/_delta_log"
-        schema = "txn struct<appId: string, version: bigint>"
         try:
-            commits = spark.read.schema(schema).option("pathGlobFilter", "*.json").json(log_dir)
-            checkpoints = (
-                spark.read.schema(schema)
-                .option("pathGlobFilter", "*.checkpoint*.parquet")
-                .parquet(log_dir)
+            versions = delta_log.transaction_versions(
+                self.session(), self.settings.table, list(wanted)
             )
-            found = (
-                commits.unionByName(checkpoints)
-                .where(fn.col("txn.appId").isin(list(wanted)))
-                .groupBy(fn.col("txn.appId").alias("app"))
-                .agg(fn.max("txn.version").alias("version"))
-                .collect()
-            )
-        except AnalysisException as exc:
-            if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
-                return {}  # no table yet: nothing written
-            raise SinkError(self.where, f"cannot read {log_dir}: {exc}") from exc
+        except SinkError:
+            raise
         except Exception:
             self._forget_session()
             raise
-        return {wanted[row["app"]]: int(row["version"]) + 1 for row in found}
+        return {wanted[app]: version + 1 for app, version in versions.items()}
 
 
 COORDINATES_SET = frozenset(COORDINATES)

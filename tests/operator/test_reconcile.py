@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import K8s, TopicFactory
+from tests.conftest import REPO, K8s, TopicFactory
 from tests.infra.kafka import TestbedError
 from tests.infra.waiting import wait_until
 from tests.operator.conftest import Operator, apply, consumer_group, get, wait_condition
@@ -224,3 +224,13 @@ def test_deleting_the_consumer_group_removes_what_it_owned(
             f"the {kind} to be collected",
             every=0.5,
         )
+
+
+def test_the_example_manifest_is_accepted_by_the_api_server(
+    k8s: K8s, namespace: str, crd: str
+) -> None:
+    example = REPO / "examples" / "consumergroup.yaml"
+
+    out = k8s.kubectl("apply", "-n", namespace, "--dry-run=server", "-f", str(example))
+
+    assert "consumergroup.kafleet.io/billing created (server dry run)" in out
