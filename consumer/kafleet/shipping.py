@@ -167,8 +167,10 @@ class Shipper:
         rows = self.writer.rows(record, result)
         with self._cond:
             part = self._parts.get(record.tp)
-            if part is None or not self.queues.is_open(record.tp):
-                return  # revoked meanwhile: the next owner processes it again
+            if part is None:  # revoked and forgotten: its offset is not committed either
+                return
+            # A partition being revoked (closed, not yet forgotten) still takes the results
+            # of its in-flight records: they are marked done next, and the drain writes them.
             try:
                 part.add(record, rows, time.monotonic())
             except ValueError:  # the same offset again (a redelivery overlapping a revoke)

@@ -265,9 +265,12 @@ class SparkSink:
             table = pa.concat_tables([t for t, _ in ready], promote_options="permissive")
             info = dataclasses.replace(ready[0][1], records=sum(i.records for _, i in ready))
         try:
-            if self._created.is_set():
+            if self._created.is_set() and not self.idempotent:
                 self.job(session.createDataFrame(table), info)
-            else:  # writers creating a new table at once conflict (Delta): the first goes alone
+            else:
+                # Writers creating a new table at once conflict (Delta), so the first write
+                # goes alone. So do idempotent ones: a replaceWhere on data columns conflicts
+                # with any concurrent append, so writing them side by side only retries.
                 with self._creating:
                     self.job(session.createDataFrame(table), info)
                 self._created.set()

@@ -239,3 +239,21 @@ def test_a_writer_that_takes_several_batches_gets_every_partitions_in_one_write(
     assert len(sink.writes) == 1
     assert sorted(b.partition for b in sink.writes[0]) == [0, 1, 2]
     assert offsets.to_commit() == dict.fromkeys(tps, 5)
+
+
+def test_results_of_records_finishing_during_a_revoke_are_written_not_dropped(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    offsets, queues = parts
+    sink = MemorySink()
+    shipper = ship(sink, parts, linger_s=3600)
+    handle(shipper, offsets, *range(3))
+    queues.close_partitions([TP])  # the revoke has begun: in-flight records still finish
+    handle(shipper, offsets, 3, 4)
+
+    drained = shipper.drain([TP], timeout=5)
+    shipper.stop()
+
+    assert drained
+    assert [r.offset for b in sink.batches for r in b.records] == [0, 1, 2, 3, 4]
+    assert committable(offsets) == 5
