@@ -205,7 +205,9 @@ def observe(
             generation,
         )
     ]
-    conditions.append(_observe_lag(body, parsed, status, patch, memo, replicas, generation))
+    # Scaling starts from spec.replicas, the one source: the Deployment may lag behind it.
+    wanted_now = parsed.fleet.replicas
+    conditions.append(_observe_lag(body, parsed, status, patch, memo, wanted_now, generation))
     _set_conditions(status, patch, *conditions)
     _tune(body, parsed, status, patch, namespace, name)
 
@@ -268,7 +270,7 @@ def _observe_lag(
         wish = scaling.wanted(reading.total, reading.partitions, policy, time_lag, replicas)
         memo["wishes"].append((now, wish))
         decision = scaling.decide(replicas, list(memo["wishes"]), now, policy)
-        if decision.changes and decision.replicas != parsed.fleet.replicas:
+        if decision.changes:
             _scale(body, decision, reading.total, reading.partitions)
             patch.status["lastScaleTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             patch.status["lastScaleReason"] = decision.reason

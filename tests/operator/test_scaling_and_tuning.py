@@ -74,13 +74,13 @@ def test_a_backlog_raises_replicas_to_the_partitions_and_draining_lowers_them_af
 
     wait_until(lambda: replicas(k8s, namespace, "scaler") == 3, 60, "3 replicas", every=0.5)
     status = get(k8s, namespace, "kcg", "scaler")["status"]
-    print(k8s.kubectl("get", "kcg", "-n", namespace, "-o", "wide"))  # shown with pytest -s
-    print(yaml.safe_dump({"status": status}, sort_keys=False))
     assert status["lag"] == 3_000
     assert status["lastScaleReason"] == "ScaledUpForLag"
     assert any(e["reason"] == "ScaledUpForLag" for e in events(k8s, namespace, "scaler"))
     time.sleep(3)
     assert replicas(k8s, namespace, "scaler") == 3  # never above the partitions
+    print(k8s.kubectl("get", "kcg", "-n", namespace, "-o", "wide"))  # shown with pytest -s
+    print(yaml.safe_dump(get(k8s, namespace, "kcg", "scaler")["status"], sort_keys=False))
 
     worker(topic, manifest["spec"]["group_id"], tmp_path / "done.txt")  # drains it for real
     wait_until(
