@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -155,11 +155,62 @@ def namespace(k8s: K8s, request: pytest.FixtureRequest) -> Iterator[str]:
     k8s.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+class WorkerProcesses:
+    """Real ``kafleet worker`` processes of one test, each with a log file; killed after it."""
+
+    def __init__(self, kafka: str, logs: Path) -> None:
+        self.kafka, self.logs = kafka, logs
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self, topic: str, group: str, handler: str, flags: Sequence[str], env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "kafleet",
+            "worker",
+            "--bootstrap-servers",
+            self.kafka,
+            "--group-id",
+            group,
+            "--topics",
+            topic,
+            "--commit-interval-ms",
+            "200",
+            "--handler",
+            handler,
+            *flags,
+        ]
+        log = open(self.logs / f"worker-{len(self.started)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, "PYTHONPATH": str(REPO), **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+        self.started.append(proc)
+        return proc
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 @pytest.fixture
-def worker(kafka: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+def worker_processes(kafka: str, tmp_path: Path) -> Iterator[WorkerProcesses]:
+    processes_ = WorkerProcesses(kafka, tmp_path)
+    yield processes_
+    processes_.kill_all()
+
+
+@pytest.fixture
+def worker(worker_processes: WorkerProcesses) -> Callable[..., subprocess.Popen[bytes]]:
     """``worker(topic, group, out, *flags, delay=0.0, env={})``: a real ``kafleet worker``
     process running ``tests/consumer/handlers.py:append_number``; killed after the test."""
-    started: list[subprocess.Popen[bytes]] = []
 
     def start(
         topic: str,
@@ -169,42 +220,15 @@ def worker(kafka: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Pope
         delay: float = 0.0,
         env: dict[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        env = {
-            **os.environ,
-            "KAFLEET_TEST_OUT": str(out),
-            "KAFLEET_TEST_DELAY": str(delay),
-            "PYTHONPATH": str(REPO),
-            **(env or {}),
-        }
-        cmd = [
-            sys.executable,
-            "-m",
-            "kafleet",
-            "worker",
-            "--bootstrap-servers",
-            kafka,
-            "--group-id",
-            group,
-            "--topics",
+        return worker_processes.start(
             topic,
-            "--concurrency",
-            "3",
-            "--commit-interval-ms",
-            "200",
-            "--handler",
+            group,
             "tests.consumer.handlers:append_number",
-            *flags,
-        ]
-        log = open(tmp_path / f"worker-{len(started)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        started.append(proc)
-        return proc
+            ["--concurrency", "3", *flags],
+            {"KAFLEET_TEST_OUT": str(out), "KAFLEET_TEST_DELAY": str(delay), **(env or {})},
+        )
 
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    return start
 
 
 @pytest.fixture

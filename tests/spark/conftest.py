@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.conftest import WorkerProcesses
 from tests.infra import kafka as kafka_infra
 from tests.infra import spark as spark_infra
 from tests.infra.kafka import TestbedError
-
-REPO = Path(__file__).resolve().parents[2]
-Coordinates = tuple[str, int, int]
 
 
 def _session_dir() -> Path:
@@ -74,49 +71,31 @@ def table_rows(spark: SparkSession) -> Callable[[str], list[tuple[str, int, int,
 
 
 @pytest.fixture
-def spark_worker(kafka: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+def spark_worker(worker_processes: WorkerProcesses) -> Callable[..., subprocess.Popen[bytes]]:
     """``spark_worker(topic, group, table, *flags, delay=0.0)``: a real ``kafleet worker``
     running ``tests/spark/handlers.py:number_row`` into the Delta table; killed after."""
-    started: list[subprocess.Popen[bytes]] = []
 
     def start(
         topic: str, group: str, table: str, *flags: str, delay: float = 0.0
     ) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "KAFLEET_TEST_DELAY": str(delay), "PYTHONPATH": str(REPO)}
-        cmd = [
-            sys.executable,
-            "-m",
-            "kafleet",
-            "worker",
-            "--bootstrap-servers",
-            kafka,
-            "--group-id",
-            group,
-            "--topics",
+        return worker_processes.start(
             topic,
-            "--concurrency",
-            "4",
-            "--commit-interval-ms",
-            "200",
-            "--handler",
+            group,
             "tests.spark.handlers:number_row",
-            "--spark.table",
-            table,
-            "--spark.jars",
-            str(spark_infra.JARS),
-            "--spark.master",
-            "local[2]",
-            "--spark.batch.linger-ms",
-            "200",
-            *flags,
-        ]
-        log = open(tmp_path / f"worker-{len(started)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        started.append(proc)
-        return proc
+            [
+                "--concurrency",
+                "4",
+                "--spark.table",
+                table,
+                "--spark.jars",
+                str(spark_infra.JARS),
+                "--spark.master",
+                "local[2]",
+                "--spark.batch.linger-ms",
+                "200",
+                *flags,
+            ],
+            {"KAFLEET_TEST_DELAY": str(delay)},
+        )
 
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    return start
