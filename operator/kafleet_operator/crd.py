@@ -48,6 +48,7 @@ STATUS = {
     "type": "object",
     "properties": {
         "observedGeneration": {"type": "integer", "format": "int64"},
+        "appliedGeneration": {"type": "integer", "format": "int64"},
         "replicas": {"type": "integer"},
         "readyReplicas": {"type": "integer"},
         "labelSelector": {"type": "string"},

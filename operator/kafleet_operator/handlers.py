@@ -155,18 +155,9 @@ def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, **_: Any)
     patch.status["labelSelector"] = builders.selector(name)
     patch.status["maxPollRecords"] = mpr
     ready = (deployment.get("status") or {}).get("readyReplicas") or 0
-    _set_conditions(
-        status,
-        patch,
-        condition("Degraded", False, "SpecValid", "the spec is valid", generation),
-        condition(
-            "Progressing",
-            True,
-            "Applied",
-            f"Deployment, ConfigMap and Service applied for generation {generation}",
-            generation,
-        ),
-    )
+    # Conditions are the timer's to write (it reads the freshest status): a list written from
+    # this event's older copy of the status would drop what a timer pass set meanwhile.
+    patch.status["appliedGeneration"] = generation
     patch.status["readyReplicas"] = ready
 
 
@@ -196,14 +187,24 @@ def observe(
     patch.status["replicas"] = observed.replicas or 0
     patch.status["readyReplicas"] = ready
     patch.status["labelSelector"] = builders.selector(name)
+    applied = status.get("appliedGeneration")
     conditions = [
+        condition(
+            "Progressing",
+            applied == generation,
+            "Applied" if applied == generation else "Reconciling",
+            f"Deployment, ConfigMap and Service applied for generation {generation}"
+            if applied == generation
+            else f"applying generation {generation} (last applied: {applied})",
+            generation,
+        ),
         condition(
             "Ready",
             ready >= replicas,
             "AllReplicasReady" if ready >= replicas else "ReplicasNotReady",
             f"{ready} of {replicas} replicas ready",
             generation,
-        )
+        ),
     ]
     # Scaling starts from spec.replicas, the one source: the Deployment may lag behind it.
     wanted_now = parsed.fleet.replicas
