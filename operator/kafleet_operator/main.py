@@ -2,7 +2,8 @@
 
 Owns: the command line (which namespaces to watch, the liveness endpoint, the kubeconfig, how
 to reach the sidecars) and starting kopf with the handlers registered. Does not own any
-behaviour of the handlers (``handlers.py``).
+behaviour of the handlers (``handlers.py``). kopf is imported only to run: ``kafleet worker``
+builds the same command line and should not pay for it.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-
-import kopf
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
     os.environ["KAFLEET_OPERATOR_SIDECAR_URL"] = args.sidecar_url
     os.environ["KAFLEET_OPERATOR_INTERVAL_S"] = str(args.interval_s)
+    import kopf
+
     from kafleet_operator import handlers  # registers the handlers, with the settings above
 
     log = logging.getLogger("kafleet.operator")
