@@ -119,41 +119,27 @@ def run(ctx: Context) -> Table:
         ["pipeline", "records", "seconds", "records/s", "/ streaming", "rows in table"],
     )
 
-    def rows(path: Path) -> int:
-        return spark.read.format("delta").load(str(path / "table")).count()
+    def add(name: str, records: int, seconds: float, baseline: float, path: Path) -> float:
+        """A row: the rate, its ratio to ``baseline`` (records/s; 0: this is the baseline)
+        and the rows the table holds. Returns the rate."""
+        rate = records / seconds
+        rows = spark.read.format("delta").load(str(path / "table")).count()
+        table.add(name, records, seconds, rate, rate / baseline if baseline else 1.0, rows)
+        return rate
 
     try:
         ss_s = time_structured_streaming(spark, ctx.bootstrap, topic, work / "ss")
-        table.add(
-            "Structured Streaming, projection", count, ss_s, count / ss_s, 1.0, rows(work / "ss")
-        )
+        ss_rate = add("Structured Streaming, projection", count, ss_s, 0, work / "ss")
         seconds = time_kafleet_delta(
             ctx, topic, count, work / "k1", identity, ordering="partition", concurrency=12
         )
-        table.add(
-            "kafleet, identity handler",
-            count,
-            seconds,
-            count / seconds,
-            ss_s / seconds,
-            rows(work / "k1"),
-        )
+        add("kafleet, identity handler", count, seconds, ss_rate, work / "k1")
         ss_io_s = time_structured_streaming(spark, ctx.bootstrap, small, work / "ss2", True)
-        ss_io_rate = sample / ss_io_s
-        table.add(
-            "Structured Streaming, 2 ms UDF", sample, ss_io_s, ss_io_rate, 1.0, rows(work / "ss2")
-        )
+        ss_io_rate = add("Structured Streaming, 2 ms UDF", sample, ss_io_s, 0, work / "ss2")
         seconds = time_kafleet_delta(
             ctx, topic, count, work / "k2", io_wait, ordering="key", concurrency=64
         )
-        table.add(
-            "kafleet, 2 ms I/O, key order, 64 threads",
-            count,
-            seconds,
-            count / seconds,
-            (count / seconds) / ss_io_rate,
-            rows(work / "k2"),
-        )
+        add("kafleet, 2 ms I/O, key order, 64 threads", count, seconds, ss_io_rate, work / "k2")
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()

@@ -14,7 +14,6 @@ Does not own: acting on any setting, or the security settings' rules (``security
 from __future__ import annotations
 
 import re
-import typing
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic import field_validator as validates
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -269,20 +267,29 @@ class ConsumerConfig(BaseSettings):
             yield "max_poll_records", "must not exceed queue.max_records"
         if self.guarantee == "exactly-once" and self.spark and self.spark.idempotent is False:
             yield "spark.idempotent", "exactly-once needs idempotent writes: leave it unset"
-        if self.spark and self.spark.idempotent is not False and not self.spark.coordinates:
-            idempotent = self.spark.idempotent or self.guarantee == "exactly-once"
-            if idempotent and not self.spark.job:
-                yield (
-                    "spark.coordinates",
-                    "idempotent writes replace each batch's range of offsets by the "
-                    "kafka_* columns: keep them",
-                )
+        spark = self.spark
+        if self.idempotent_writes and spark and not spark.coordinates and not spark.job:
+            yield (
+                "spark.coordinates",
+                "idempotent writes replace each batch's range of offsets by the "
+                "kafka_* columns: keep them",
+            )
         if self.spark is not None and self.spark.batch.max_records > self.queue.max_records:
             yield (
                 "spark.batch.max_records",
                 f"must not exceed queue.max_records ({self.queue.max_records}): results "
                 "waiting for their batch count against the partition's queue",
             )
+
+    @property
+    def idempotent_writes(self) -> bool:
+        """Whether the Spark sink writes batches idempotently: ``spark.idempotent`` if set,
+        else exactly when the guarantee is exactly-once (which needs them)."""
+        if self.spark is None:
+            return False
+        if self.spark.idempotent is not None:
+            return self.spark.idempotent
+        return self.guarantee == "exactly-once"
 
     @property
     def effective_dead_letter_topic(self) -> str:
@@ -330,22 +337,6 @@ class ConsumerConfig(BaseSettings):
 
 
 TUNABLE_FIELDS = ("max_poll_records", "concurrency")
-
-
-def leaf_fields(
-    model: type[BaseModel] = ConsumerConfig, prefix: str = ""
-) -> Iterator[tuple[str, FieldInfo]]:
-    """(dotted name, field) of every leaf field, into nested models (optional ones too, such
-    as ``spark``): the names the file, the ``KAFLEET_*`` variables and the flags share."""
-    for name, info in model.model_fields.items():
-        annotation = info.annotation
-        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(inner) == 1 and isinstance(inner[0], type):  # SparkSettings | None
-            annotation = inner[0]
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from leaf_fields(annotation, f"{prefix}{name}.")
-        else:
-            yield f"{prefix}{name}", info
 
 
 def load_config(

@@ -1,16 +1,37 @@
-"""The configuration reference as a Markdown table, made from ``ConsumerConfig`` itself.
+"""The configuration's field names, and its reference as a Markdown table.
 
-``python -m kafleet.config_doc`` prints it; README.md holds a copy, and a test checks that
-every field is there. Owns nothing else.
+Owns: ``leaf_fields``, the dotted names of every leaf field of ``ConsumerConfig`` (the names
+the file, the ``KAFLEET_*`` variables and ``kafleet worker``'s flags share), and the table made
+from them: ``python -m kafleet.config_doc`` prints it; README.md holds a copy, and a test
+checks that every field is there.
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterator
 
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from kafleet.config import leaf_fields
+from kafleet.config import ConsumerConfig
+
+
+def leaf_fields(
+    model: type[BaseModel] = ConsumerConfig, prefix: str = ""
+) -> Iterator[tuple[str, FieldInfo]]:
+    """(dotted name, field) of every leaf field, into nested models (optional ones too, such
+    as ``spark``): the names the file, the ``KAFLEET_*`` variables and the flags share."""
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(inner) == 1 and isinstance(inner[0], type):  # SparkSettings | None
+            annotation = inner[0]
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from leaf_fields(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", info
 
 
 def rows() -> Iterator[list[str]]:

@@ -51,10 +51,7 @@ class ParallelConsumer:
         ``config.spark`` is set, running ``job`` if given); ``on_result`` is called with
         every result instead, and commits do not wait for it."""
         if sink is None and config.spark is not None:
-            idempotent = config.spark.idempotent
-            if idempotent is None:
-                idempotent = config.guarantee == "exactly-once"
-            sink = SparkSink(config.spark, config.group_id, job, idempotent)
+            sink = SparkSink(config.spark, config.group_id, job, config.idempotent_writes)
         if offset_store is None and isinstance(sink, SparkSink) and config.spark is not None:
             offset_store = sink if config.spark.table else None
         if config.guarantee == "exactly-once" and offset_store is None:

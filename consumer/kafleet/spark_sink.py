@@ -129,7 +129,7 @@ class SparkSink:
         self.job: Job = job or self.append_to_delta
         self._session: SparkSession | None = None
         self._session_lock = threading.Lock()
-        self._creating = threading.Lock()
+        self._one_at_a_time = threading.Lock()
         self._created = threading.Event()
         self._declared: pa.Schema | None = None
         self._inferred: dict[tuple[str, int], pa.Schema] = {}
@@ -271,7 +271,7 @@ class SparkSink:
                 # Writers creating a new table at once conflict (Delta), so the first write
                 # goes alone. So do idempotent ones: a replaceWhere on data columns conflicts
                 # with any concurrent append, so writing them side by side only retries.
-                with self._creating:
+                with self._one_at_a_time:
                     self.job(session.createDataFrame(table), info)
                 self._created.set()
         except Exception:

@@ -20,7 +20,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kafleet.config import leaf_fields, load_config
+from kafleet.config import load_config
+from kafleet.config_doc import leaf_fields
 from kafleet.consumer import ParallelConsumer
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet.executor import Handler

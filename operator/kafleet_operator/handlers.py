@@ -43,6 +43,7 @@ FIELD_MANAGER = "kafleet-operator"
 INTERVAL_S = float(os.environ.get("KAFLEET_OPERATOR_INTERVAL_S", "5"))
 SIDECAR_URL = os.environ.get("KAFLEET_OPERATOR_SIDECAR_URL", "http://{pod_ip}:8080")
 _api: DynamicClient | None = None
+_client: k8s.ApiClient | None = None
 
 
 @kopf.on.startup()
@@ -64,14 +65,24 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.INFO  # Events for what the operator decides
 
 
+def client() -> k8s.ApiClient:
+    """The operator's one API client: in-cluster, else the kubeconfig. Every call goes through
+    it, not through whatever configuration kopf's login left in the library's globals."""
+    global _client
+    if _client is None:
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_incluster_config(configuration)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        _client = k8s.ApiClient(configuration)
+    return _client
+
+
 def api() -> DynamicClient:
     global _api
     if _api is None:
-        try:
-            k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
-        _api = DynamicClient(k8s.ApiClient())  # type: ignore[no-untyped-call]
+        _api = DynamicClient(client())  # type: ignore[no-untyped-call]
     return _api
 
 
@@ -176,7 +187,7 @@ def observe(
     name, namespace = body.metadata["name"], body.metadata["namespace"]
     generation = body.metadata.get("generation", 0)
     try:
-        deployment = k8s.AppsV1Api().read_namespaced_deployment_status(name, namespace)
+        deployment = k8s.AppsV1Api(client()).read_namespaced_deployment_status(name, namespace)
     except k8s.ApiException as exc:
         if exc.status == 404:
             return  # not applied yet: the reconcile comes first
@@ -283,7 +294,7 @@ def _scale(body: kopf.Body, decision: scaling.Decision, lag: int, partitions: in
         f"replicas {body.spec.get('replicas', 1)} -> {decision.replicas}: lag {lag} "
         f"over {partitions} partitions"
     )
-    k8s.CustomObjectsApi().patch_namespaced_custom_object_scale(
+    k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_scale(
         GROUP,
         VERSION,
         body.metadata["namespace"],
@@ -297,7 +308,9 @@ def _scale(body: kopf.Body, decision: scaling.Decision, lag: int, partitions: in
 
 def _sidecar_figures(namespace: str, name: str) -> tuple[float | None, int]:
     """Mean handler latency and concurrency over the ready pods' sidecars (their /status)."""
-    pods = k8s.CoreV1Api().list_namespaced_pod(namespace, label_selector=builders.selector(name))
+    pods = k8s.CoreV1Api(client()).list_namespaced_pod(
+        namespace, label_selector=builders.selector(name)
+    )
     latency_sum, count, concurrency = 0.0, 0, 0
     for pod in pods.items:
         ip = pod.status.pod_ip if pod.status else None

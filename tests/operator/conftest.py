@@ -131,3 +131,9 @@ def wait_condition(
         every=0.5,
     )
     return condition(get(k8s, namespace, "kcg", name), kind)
+
+
+def apply_ready(k8s: K8s, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Apply a ConsumerGroup and wait until the operator reports it Ready; the condition."""
+    apply(k8s, namespace, manifest)
+    return wait_condition(k8s, namespace, manifest["metadata"]["name"], "Ready", "True", 90)

@@ -12,7 +12,7 @@ import yaml
 
 from tests.conftest import REPO, K8s, TopicFactory
 from tests.infra import k8s_build
-from tests.operator.conftest import Operator, apply, consumer_group, wait_condition
+from tests.operator.conftest import Operator, apply_ready, consumer_group
 
 
 def test_the_operator_runs_on_the_charts_rbac_alone(
@@ -72,8 +72,7 @@ def test_the_operator_runs_on_the_charts_rbac_alone(
     op.k8s = K8s(kubeconfig, k8s.api, k8s.plane)
     op.start()
     try:
-        apply(k8s, namespace, consumer_group("least", kafka, topic, replicas=2))
-        wait_condition(k8s, namespace, "least", "Ready", "True", timeout=90)
+        apply_ready(k8s, namespace, consumer_group("least", kafka, topic, replicas=2))
     finally:
         op.stop()
         k8s.kubectl("delete", "namespace", release, "--wait=false", check=False)

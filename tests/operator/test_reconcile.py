@@ -14,7 +14,14 @@ import pytest
 from tests.conftest import REPO, K8s, TopicFactory
 from tests.infra.kafka import TestbedError
 from tests.infra.waiting import wait_until
-from tests.operator.conftest import Operator, apply, consumer_group, get, wait_condition
+from tests.operator.conftest import (
+    Operator,
+    apply,
+    apply_ready,
+    consumer_group,
+    get,
+    wait_condition,
+)
 
 
 def owned(k8s: K8s, namespace: str, name: str) -> dict[str, dict[str, Any]]:
@@ -92,8 +99,7 @@ def test_kubectl_scale_works_through_the_scale_subresource(
 ) -> None:
     topic = topic_factory(partitions=4)
     operator()
-    apply(k8s, namespace, consumer_group("scaled", kafka, topic, replicas=1))
-    wait_condition(k8s, namespace, "scaled", "Ready", "True", timeout=90)
+    apply_ready(k8s, namespace, consumer_group("scaled", kafka, topic, replicas=1))
 
     k8s.kubectl("scale", "-n", namespace, "kcg", "scaled", "--replicas=3")
 
@@ -181,8 +187,7 @@ def test_a_restarted_operator_changes_nothing_that_is_already_right(
 ) -> None:
     topic = topic_factory(partitions=2)
     first = operator()
-    apply(k8s, namespace, consumer_group("steady", kafka, topic, replicas=2))
-    wait_condition(k8s, namespace, "steady", "Ready", "True", timeout=90)
+    apply_ready(k8s, namespace, consumer_group("steady", kafka, topic, replicas=2))
     before = versions(owned(k8s, namespace, "steady"))
     pods_before = k8s.kubectl("get", "pods", "-n", namespace, "-o", "name")
 
@@ -204,8 +209,7 @@ def test_deleting_the_consumer_group_removes_what_it_owned(
 ) -> None:
     topic = topic_factory(partitions=2)
     operator()
-    apply(k8s, namespace, consumer_group("gone", kafka, topic))
-    wait_condition(k8s, namespace, "gone", "Ready", "True", timeout=90)
+    apply_ready(k8s, namespace, consumer_group("gone", kafka, topic))
 
     k8s.kubectl("delete", "-n", namespace, "kcg", "gone", "--wait=true", "--timeout=60s")
 

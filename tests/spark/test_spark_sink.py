@@ -233,11 +233,12 @@ def test_a_second_worker_joining_mid_stream_leaves_every_record_in_the_table_onc
     """Exactly-once across a rebalance: the revoked partitions' done results are written
     before their offsets are committed, and the new owner resumes after them."""
     topic = topic_factory(partitions=4)
-    report = produce(topic, 4_000)
+    report = produce(topic, 8_000)
     config = consumer_config(topic, guarantee="exactly-once", **spark_fields(table))
 
     def handle(record: Record) -> dict[str, int]:
-        time.sleep(0.01)  # 4 partitions, one at a time each: 10 s in all
+        time.sleep(0.01)  # 4 partitions, one at a time each: 20 s in all, so the second
+        # worker joins with work left even on a busy machine
         return {"number": record_number(record.value or b"")}
 
     first = start_consumer(config, handle)
@@ -253,4 +254,4 @@ def test_a_second_worker_joining_mid_stream_leaves_every_record_in_the_table_onc
     assert first.stats.revoked >= 1  # the first worker handed partitions over
     assert second.stats.sink_records > 0  # and the second wrote some
     rows = table_rows(table)
-    assert sorted(n for *_, n in rows) == list(range(4_000))
+    assert sorted(n for *_, n in rows) == list(range(8_000))
