@@ -38,11 +38,13 @@ Ordering = Literal["partition", "key", "unordered"]
 Guarantee = Literal["at-most-once", "at-least-once", "exactly-once"]
 GroupProtocol = Literal["classic", "consumer"]
 OnFailure = Literal["dead-letter", "stop-partition"]
+RevokePolicy = Literal["wait", "abandon"]
 
 # librdkafka properties that kafleet sets itself; each maps to the field to use instead.
 OWNED_PROPERTIES = {
     "bootstrap.servers": "bootstrap_servers",
     "group.id": "group_id",
+    "group.instance.id": "group_instance_id",
     "group.protocol": "group_protocol",
     "enable.auto.commit": "commit_interval_ms (kafleet commits only what is done)",
     "enable.auto.offset.store": "commit_interval_ms (kafleet commits only what is done)",
@@ -82,6 +84,13 @@ class QueueBounds(BaseModel):
         description="a paused partition resumes when "
         "its queue falls to this share of both bounds (the low mark)",
     )
+    max_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="seconds of work; the record bound then follows the measured handling rate "
+        "(never above max_records), so a partition has this much work buffered, not more",
+    )
 
 
 class RetryPolicy(BaseModel):
@@ -118,6 +127,13 @@ class ConsumerConfig(BaseSettings):
 
     bootstrap_servers: str = Field(min_length=1, description="host:port[,host:port...]")
     group_id: str = Field(min_length=1, max_length=255, description="the consumer group")
+    group_instance_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="static membership (KIP-345): a stable id per member, so a restarted "
+        "worker rejoins with its partitions and no rebalance (the operator sets the pod name)",
+    )
     topics: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="topics to consume (or topic_pattern)"
     )
@@ -154,6 +170,13 @@ class ConsumerConfig(BaseSettings):
         gt=0,
         le=3600,
         description="how long a revoked partition's in-flight records may take to finish",
+    )
+    revoke_policy: RevokePolicy | None = Field(
+        None,
+        description="on revoke, wait for in-flight records (up to drain_timeout_s and a few "
+        "times the recent p99 handler latency) or abandon them and commit what is done at "
+        "once; unset: abandon with exactly-once (its idempotent writes absorb a redo), "
+        "else wait",
     )
     shutdown_grace_s: float = Field(
         30.0, gt=0, le=3600, description="how long SIGTERM waits for queued and in-flight work"
@@ -292,6 +315,12 @@ class ConsumerConfig(BaseSettings):
         return self.guarantee == "exactly-once"
 
     @property
+    def effective_revoke_policy(self) -> RevokePolicy:
+        if self.revoke_policy is not None:
+            return self.revoke_policy
+        return "abandon" if self.guarantee == "exactly-once" else "wait"
+
+    @property
     def effective_dead_letter_topic(self) -> str:
         return self.dead_letter_topic or f"{self.group_id}.dlq"
 
@@ -319,6 +348,8 @@ class ConsumerConfig(BaseSettings):
             "max.partition.fetch.bytes": 256 * 1024,
             **self.security.properties(),
         }
+        if self.group_instance_id:
+            props["group.instance.id"] = self.group_instance_id
         if self.statistics_interval_ms:
             props["statistics.interval.ms"] = self.statistics_interval_ms
         if self.group_protocol == "classic":
