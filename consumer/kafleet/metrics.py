@@ -100,6 +100,19 @@ METRICS: list[tuple[str, str, list[str], str]] = [
         G,
         "1 while the sink fails every write (the worker is unready, commits wait)",
     ),
+    (
+        "config_rejections_total",
+        "counter",
+        G,
+        "changes of the watched config file that were rejected (the running configuration "
+        "stayed; /status says why in config_rejected)",
+    ),
+    (
+        "config_rejected",
+        "gauge",
+        G,
+        "1 while the watched config file holds a rejected change (a later good one clears it)",
+    ),
 ]
 
 
@@ -210,6 +223,8 @@ class StateCollector(Collector):
                 put("sink_write_failures_total", state.get("sink_write_failures"))
                 put("sink_write_seconds_total", state.get("sink_write_seconds_sum"))
                 put("sink_failing", int(bool(sink.get("failing_since"))))
+            put("config_rejections_total", state.get("config_rejections"))
+            put("config_rejected", int(state.get("config_rejected") is not None))
             revokes = state.get("revoke_seconds") or []
             put("revoke_drain_seconds_last", revokes[-1] if revokes else None)
         yield from families.values()

@@ -1,7 +1,8 @@
 """What the consumer has done and is doing: counters, timings, and the snapshot for the sidecar.
 
 Owns: thread-safe counters (records processed, retries, dead letters, commits, rebalances),
-the handler-latency histogram, revoke durations, the time of the last poll, and assembling a
+the handler-latency histogram, revoke durations, the time of the last poll, the watched config
+file's rejected changes (how many, and why the last one, while it stands), and assembling a
 JSON-ready snapshot together with the queues' and the offset tracker's views. Does not own
 serving it (the sidecar), judging health (``assessment.py``) or lag (``lag.py``).
 """
@@ -71,6 +72,8 @@ class Stats:
     sink_write_failures: int = 0  # failed attempts (each is retried)
     sink_write_seconds_sum: float = 0.0
     fatal_error: str | None = None
+    config_rejections: int = 0  # changes of the watched config file that were rejected
+    config_rejected: str | None = None  # why the file's content is not in force; None once it is
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **deltas: int) -> None:
@@ -102,6 +105,12 @@ class Stats:
         with self._lock:
             self.revokes.append((started, seconds, tps))
             self.revoke_timeouts += int(timed_out)
+
+    def config_outcome(self, rejected: str | None) -> None:
+        """A change of the watched config file was rejected (why) or applied (None)."""
+        with self._lock:
+            self.config_rejections += rejected is not None
+            self.config_rejected = rejected
 
     def polled(self) -> None:
         self.last_poll = time.monotonic()  # one writer (the Poller): no lock needed
@@ -143,4 +152,6 @@ class Stats:
                 "sink_write_seconds_sum": self.sink_write_seconds_sum,
                 "uptime_seconds": time.monotonic() - self.started,
                 "fatal_error": self.fatal_error,
+                "config_rejections": self.config_rejections,
+                "config_rejected": self.config_rejected,
             }

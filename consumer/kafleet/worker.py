@@ -104,7 +104,13 @@ def run(args: argparse.Namespace) -> int:
     log.info("starting with:\n%s", config)
     consumer = ParallelConsumer(config, handler).start()
     watcher = (
-        ConfigWatcher(args.config, config, lambda live: consumer.tune(**live), overrides).start()
+        ConfigWatcher(
+            args.config,
+            config,
+            lambda live: consumer.tune(**live),
+            overrides,
+            stats=consumer.stats,
+        ).start()
         if args.config
         else None
     )

@@ -50,12 +50,15 @@ STATE = {
     "sink_rows": 700,
     "sink_write_failures": 2,
     "sink_write_seconds_sum": 3.5,
+    "offset_rewinds": 0,
+    "config_rejections": 2,
+    "config_rejected": "invalid configuration (worker.yaml):\n  - concurrency: ...",
 }
 
 
-def scrape() -> str:
+def scrape(state: dict[str, object] = STATE) -> str:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(lambda: View(STATE, True, True, True, {"orders[0]": "WARN"})))
+    registry.register(StateCollector(lambda: View(state, True, True, True, {"orders[0]": "WARN"})))
     return generate_latest(registry).decode()
 
 
@@ -88,3 +91,13 @@ def test_the_readme_lists_every_metric_as_generated() -> None:
 
     for row in markdown().splitlines()[2:]:
         assert row in readme, f"README.md is missing or out of date for: {row[:60]}"
+
+
+def test_rejected_config_changes_are_counted_and_flagged_until_a_good_change_clears_them() -> None:
+    rejected = scrape()
+    cleared = scrape({**STATE, "config_rejected": None})
+
+    assert 'kafleet_config_rejections_total{group="billing"} 2.0' in rejected
+    assert 'kafleet_config_rejected{group="billing"} 1.0' in rejected
+    assert 'kafleet_config_rejections_total{group="billing"} 2.0' in cleared
+    assert 'kafleet_config_rejected{group="billing"} 0.0' in cleared
