@@ -1,6 +1,8 @@
 """The ``kafleet`` command line.
 
-Owns: argument parsing and dispatch to subcommands. Does not own any behaviour of its own: each
+Owns: argument parsing, dispatch to subcommands, and the exit status of a configuration
+mistake that reaches it (``ConfigError``: its message, exit code 2, no traceback; ``kafleet
+worker`` ends its own mistakes the same way). Does not own any behaviour of its own: each
 subcommand is a thin shim over the module that does the work (the worker, the sidecar, the
 operator), so that everything it runs can also be called from Python.
 """
@@ -9,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 from collections.abc import Sequence
 
 import confluent_kafka
 
 import kafleet
 from kafleet import sidecar, spark_connect, worker
+from kafleet.errors import ConfigError
 
 
 def _version_text() -> str:
@@ -78,6 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    try:
+        return _dispatch(parser, args)
+    except ConfigError as exc:  # the last net: a mistake is named, never a traceback
+        print(f"kafleet {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "worker":
         return worker.run(args)
     if args.command == "sidecar":

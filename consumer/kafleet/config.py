@@ -27,6 +27,7 @@ from pydantic_settings import (
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
@@ -56,6 +57,9 @@ OWNED_PROPERTIES = {
     "security.protocol": "security.protocol",
 }
 SECRET_PROPERTY = re.compile(r"(password|secret|token|private\.key|key\.pem)", re.IGNORECASE)
+# module:function, as spark.job takes it; Kafka's legal topic names.
+REFERENCE = r"^[\w.]+:\w+$"
+TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
 
 _Strict = ConfigDict(frozen=True, extra="forbid")
 
@@ -199,12 +203,23 @@ class ConsumerConfig(BaseSettings):
         "dead-letter",
         description="after the last attempt: send to the dead-letter topic, or stop the partition",
     )
-    dead_letter_topic: str | None = Field(None, description="defaults to <group_id>.dlq")
+    dead_letter_topic: str | None = Field(
+        None, pattern=TOPIC_NAME, description="defaults to <group_id>.dlq"
+    )
+    dead_letter_create: bool = Field(
+        True,
+        description="at start, create a missing dead-letter topic with the broker's default "
+        "replication and the partition count of the source topic (the most of those in topics, "
+        "or of the topics topic_pattern matches then; 1 if none exists yet); false: a missing "
+        "one stops the worker at start, naming it",
+    )
     kafka: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="more librdkafka consumer properties, passed through"
     )
     security: Security = Field(default_factory=Security)
-    handler: str | None = Field(None, description="module:function, for `kafleet worker`")
+    handler: str | None = Field(
+        None, pattern=REFERENCE, description="module:function, for `kafleet worker`"
+    )
     state_file: str | None = Field(
         None,
         description="where the worker publishes its state for the sidecar (a file on a volume "
@@ -241,6 +256,13 @@ class ConsumerConfig(BaseSettings):
     def _split_topics(cls, value: object) -> object:
         if isinstance(value, str):  # "a,b" from an environment variable or a flag
             return [t.strip() for t in value.split(",") if t.strip()]
+        return value
+
+    @validates("handler", mode="before")
+    @classmethod
+    def _reference_shaped(cls, value: object) -> object:
+        if isinstance(value, str) and not re.fullmatch(REFERENCE, value):  # a clearer message
+            raise ValueError(f"expected module:function (the pattern {REFERENCE})")
         return value
 
     @validates("topic_pattern")
@@ -288,6 +310,18 @@ class ConsumerConfig(BaseSettings):
         explicit = "max_poll_records" in self.model_fields_set  # the default is capped anyway
         if explicit and self.max_poll_records > self.queue.max_records:
             yield "max_poll_records", "must not exceed queue.max_records"
+        if self.guarantee == "exactly-once" and self.spark is None:
+            yield (
+                "guarantee",
+                "exactly-once needs spark with spark.table: the Delta table that stores the "
+                "offsets with the output",
+            )
+        if self.guarantee == "exactly-once" and self.spark and self.spark.table is None:
+            yield (
+                "spark.table",
+                "exactly-once needs it, with spark.job too: the worker resumes from that Delta "
+                "table's log",
+            )
         if self.guarantee == "exactly-once" and self.spark and self.spark.idempotent is False:
             yield "spark.idempotent", "exactly-once needs idempotent writes: leave it unset"
         spark = self.spark
@@ -296,6 +330,13 @@ class ConsumerConfig(BaseSettings):
                 "spark.coordinates",
                 "idempotent writes replace each batch's range of offsets by the "
                 "kafka_* columns: keep them",
+            )
+        dead_letters = self.effective_dead_letter_topic
+        if self.on_failure == "dead-letter" and not re.fullmatch(TOPIC_NAME, dead_letters):
+            yield (
+                "dead_letter_topic",
+                f"the default {dead_letters!r} (group_id + '.dlq') is not a valid topic name "
+                "(letters, digits, '.', '_', '-'): name one",
             )
         if self.spark is not None and self.spark.batch.max_records > self.queue.max_records:
             yield (
@@ -383,9 +424,11 @@ def load_config(
         try:
             loaded = yaml.safe_load(file.read_text())
         except OSError as exc:
-            raise ConfigError([FieldProblem("(file)", f"cannot read {file}: {exc}")]) from exc
+            reason = f"cannot read it: {exc.strerror or exc}"
+            raise ConfigError([FieldProblem("(file)", reason)], source) from exc
         except yaml.YAMLError as exc:
-            raise ConfigError([FieldProblem("(file)", f"not valid YAML: {exc}")], source) from exc
+            reason = f"not valid YAML: {_yaml_problem(exc)}"
+            raise ConfigError([FieldProblem("(file)", reason)], source) from exc
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError([FieldProblem("(file)", "must be a mapping of field: value")], source)
     token = _yaml_file.set(Path(path) if path is not None else None)
@@ -393,8 +436,31 @@ def load_config(
         return ConsumerConfig(**dict(overrides or {}))
     except ValidationError as exc:
         raise config_error(exc, source) from None
+    except SettingsError as exc:  # a KAFLEET_* variable that does not parse (JSON for a section)
+        raise _settings_error(exc, source) from None
     finally:
         _yaml_file.reset(token)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what, by line and column (PyYAML's own text names "<unicode string>")."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return str(exc)
+    mark = exc.problem_mark
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    if exc.context and exc.context_mark is not None:
+        text += f" ({exc.context} at line {exc.context_mark.line + 1})"
+    return text
+
+
+def _settings_error(exc: SettingsError, source: str) -> ConfigError:
+    found = re.search(r'field "([^"]+)" from source "(\w+)"', str(exc))
+    if found is None:
+        return ConfigError([FieldProblem("(all)", str(exc))], source)
+    field, origin = found.groups()
+    where = f"KAFLEET_{field.upper()}" if origin.startswith("Env") else origin
+    cause = f": {exc.__cause__}" if exc.__cause__ else ""
+    return ConfigError([FieldProblem(field, f"cannot parse {where}{cause}")], source)
 
 
 def config_error(exc: ValidationError, source: str = "configuration") -> ConfigError:

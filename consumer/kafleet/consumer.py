@@ -24,7 +24,7 @@ from typing import Any
 from kafleet import assessment
 from kafleet.batcher import BatchBounds
 from kafleet.config import ConsumerConfig
-from kafleet.dead_letter import DeadLetterWriter
+from kafleet.dead_letter import DeadLetterWriter, ensure_topic
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet.executor import Executor, Handler, ResultSink
 from kafleet.offsets import OffsetTracker
@@ -55,12 +55,14 @@ class ParallelConsumer:
         if offset_store is None and isinstance(sink, SparkSink) and config.spark is not None:
             offset_store = sink if config.spark.table else None
         if config.guarantee == "exactly-once" and offset_store is None:
+            # The config holds spark.table with exactly-once (ConsumerConfig's own rule); what
+            # it cannot know is a sink passed in code that cannot say where to resume.
             raise ConfigError(
                 [
                     FieldProblem(
                         "guarantee",
-                        "exactly-once needs a sink that stores offsets with its output: "
-                        "spark with spark.table (the Delta table its batches go to)",
+                        f"exactly-once needs a sink that stores offsets with its output: "
+                        f"{type(sink).__name__} does not; pass offset_store too",
                     )
                 ]
             )
@@ -97,6 +99,8 @@ class ParallelConsumer:
     def start(self) -> ParallelConsumer:
         if self._thread is not None:
             raise RuntimeError("this ParallelConsumer was started already")
+        if self.dead_letters is not None:  # most brokers do not create it on first use
+            ensure_topic(_producer_config(self.config), self.config)
         if isinstance(self.sink, SparkSink):
             self.sink.session()  # fail now, clearly, rather than at the first batch
         if self.shipper is not None:

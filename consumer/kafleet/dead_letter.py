@@ -1,22 +1,33 @@
 """The dead-letter topic: where a record goes after its last failed attempt.
 
-Owns: the headers that say why and where from (``dead_letter_headers``, pure), and writing the
+Owns: the headers that say why and where from (``dead_letter_headers``, pure), writing the
 original key and value with those headers to the dead-letter topic, waiting for the broker's
-acknowledgement so that the record's offset is committed only once it is safe there.
+acknowledgement so that the record's offset is committed only once it is safe there, and
+making sure at start that the topic exists (``ensure_topic``): most brokers do not create
+topics on first use, so a poison record would otherwise meet a missing topic and stop its
+partition. A missing topic is created (``dead_letter_create``) with the partition count
+``dead_letter_partitions`` picks (pure), or the start fails with a ``ConfigError`` naming it.
 
 Does not own deciding that a record is dead (``executor.py``) or the policy (``config.py``).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
+from collections.abc import Mapping, Sequence
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re-exports
 
-from kafleet.errors import KafkaClientError
+from kafleet.config import ConsumerConfig
+from kafleet.errors import ConfigError, FieldProblem, KafkaClientError
 from kafleet.record import Record
 
 HEADER_PREFIX = "kafleet."
+log = logging.getLogger(__name__)
 
 
 def dead_letter_headers(
@@ -84,3 +95,75 @@ class DeadLetterWriter:
     def close(self, timeout: float = 10.0) -> None:
         with self._lock:
             self._producer.flush(timeout)
+
+
+def dead_letter_partitions(
+    existing: Mapping[str, int], topics: Sequence[str], pattern: str | None
+) -> int:
+    """Partitions for a dead-letter topic kafleet creates: the most of any source topic that
+    exists (of ``topics``, or of the non-internal topics ``pattern`` matches, anchored at the
+    start as the subscription is), so parking keeps up with the widest source; 1 if none."""
+    if pattern:
+        regex = re.compile(pattern if pattern.startswith("^") else "^" + pattern)
+        sources = [name for name in existing if regex.search(name) and not name.startswith("__")]
+    else:
+        sources = [name for name in topics if name in existing]
+    return max((existing[name] for name in sources), default=1)
+
+
+def ensure_topic(
+    client_config: dict[str, str | int | float | bool],
+    config: ConsumerConfig,
+    timeout_s: float = 30.0,
+) -> int | None:
+    """Check that the dead-letter topic exists; create it if it does not and
+    ``dead_letter_create`` allows. Returns the partitions of a topic it created, else None.
+
+    Raises ``ConfigError`` (``dead_letter_topic``) for a topic that is missing and may not
+    or could not be created, ``KafkaClientError`` if the cluster did not answer.
+    """
+    topic = config.effective_dead_letter_topic
+    admin = AdminClient(client_config)
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaClientError(exc.args[0], f"looking for the dead-letter topic {topic!r}") from exc
+    existing = {
+        name: len(info.partitions) for name, info in metadata.topics.items() if info.error is None
+    }
+    if topic in existing:
+        return None
+    if not config.dead_letter_create:
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "dead_letter_topic",
+                    f"the topic {topic!r} does not exist (and dead_letter_create is false): "
+                    "create it, or let kafleet create it",
+                )
+            ]
+        )
+    partitions = dead_letter_partitions(existing, config.topics, config.topic_pattern)
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions)], request_timeout=timeout_s
+    )
+    try:
+        futures[topic].result(timeout=timeout_s)
+    except TimeoutError as exc:
+        timed_out = KafkaError(KafkaError._TIMED_OUT, "no answer")
+        raise KafkaClientError(timed_out, f"creating the dead-letter topic {topic!r}") from exc
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return None  # another worker of the group created it first
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "dead_letter_topic",
+                    f"the topic {topic!r} does not exist and creating it failed "
+                    f"({error.name()}: {error.str()}): create it, or name one that exists",
+                )
+            ]
+        ) from exc
+    log.info("created the dead-letter topic %s with %d partition(s)", topic, partitions)
+    return partitions

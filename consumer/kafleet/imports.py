@@ -26,6 +26,9 @@ def import_reference(reference: str, field: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError([FieldProblem(field, f"cannot import {module_name}: {exc}")]) from exc
+    except Exception as exc:  # the module itself fails: a SyntaxError, an error at import time
+        reason = f"importing {module_name} failed: {type(exc).__name__}: {exc}"
+        raise ConfigError([FieldProblem(field, reason)]) from exc
     function = getattr(module, attr, None)
     if not callable(function):
         raise ConfigError([FieldProblem(field, f"{module_name} has no function {attr!r}")])

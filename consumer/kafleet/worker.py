@@ -3,8 +3,11 @@
 Owns: the worker's command-line flags (generated from ``ConsumerConfig``'s fields, so the
 config file, the ``KAFLEET_*`` variables and the flags always have the same names), importing
 the handler (``module:function``), signals (SIGTERM or SIGINT: stop intake, drain within
-``shutdown_grace_s``, commit, leave the group, exit 0; a second signal: exit at once), and the
-config-file watch for live tuning. Does not own any consumer behaviour (``consumer.py``).
+``shutdown_grace_s``, commit, leave the group, exit 0; a second signal: exit at once), the
+config-file watch for live tuning, and ending on a configuration mistake, wherever it is found
+(the file, the environment, the flags, the handler's import, the consumer's checks at start):
+the message naming the field, exit code 2, no traceback. Does not own any consumer behaviour
+(``consumer.py``).
 """
 
 from __future__ import annotations
@@ -86,23 +89,31 @@ def import_handler(reference: str) -> Handler:
     return import_reference(reference, "handler")
 
 
+def _start(args: argparse.Namespace) -> tuple[ParallelConsumer, dict[str, Any]]:
+    """Load, check and start: every ``ConfigError`` found on the way comes out of here."""
+    if args.config is not None and not args.config.is_file():
+        raise ConfigError([FieldProblem("--config", f"no such file: {args.config}")])
+    overrides = overrides_from(args)
+    config = load_config(args.config, overrides)
+    if config.handler is None:
+        raise ConfigError([FieldProblem("handler", "required: module:function")])
+    handler = import_handler(config.handler)
+    log.info("starting with:\n%s", config)
+    return ParallelConsumer(config, handler).start(), overrides
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    try:
-        overrides = overrides_from(args)
-        config = load_config(args.config, overrides)
-        if config.handler is None:
-            raise ConfigError([FieldProblem("handler", "required: module:function")])
-        handler = import_handler(config.handler)
+    try:  # a mistake ends the same way wherever it is found: named, exit 2, no traceback
+        consumer, overrides = _start(args)
     except ConfigError as exc:
         print(f"kafleet worker: {exc}", file=sys.stderr)
         return 2
-    log.info("starting with:\n%s", config)
-    consumer = ParallelConsumer(config, handler).start()
+    config = consumer.config
     watcher = (
         ConfigWatcher(
             args.config,
@@ -135,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
         pass
     if watcher is not None:
         watcher.stop()
+    if isinstance(consumer.poller.error, ConfigError):
+        print(f"kafleet worker: {consumer.poller.error}", file=sys.stderr)
+        return 2
     if consumer.poller.error is not None:
         log.error("stopped on an error: %s", consumer.poller.error)
         return 1

@@ -184,13 +184,61 @@ def test_spark_jars_may_be_a_comma_separated_string_from_an_environment_variable
     assert config.spark.jars == ["/jars/a.jar", "/jars/b.jar"]
 
 
-def test_exactly_once_without_a_delta_table_is_refused_naming_the_guarantee() -> None:
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"guarantee": "exactly-once"}, "guarantee", "spark.table"),
+        (
+            {"guarantee": "exactly-once", "spark": {"job": "jobs:write"}},
+            "spark.table",
+            "exactly-once",
+        ),
+        ({"handler": "bill"}, "handler", "pattern"),
+        ({"handler": "orders:bill:now"}, "handler", "pattern"),
+        ({"dead_letter_topic": "orders dlq"}, "dead_letter_topic", "pattern"),
+        ({"group_id": "billing team"}, "dead_letter_topic", "not a valid topic name"),
+    ],
+)
+def test_the_model_itself_refuses_what_the_worker_could_not_run(
+    change: dict[str, object], field: str, reason: str
+) -> None:
+    """So the CRD made from the model, the operator and the worker judge a spec the same way."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {**BASE, **change})
+
+    assert field in caught.value.fields
+    assert reason in str(caught.value)
+
+
+def test_a_group_id_that_is_no_topic_name_is_fine_with_a_dead_letter_topic_named_or_no_dlq() -> (
+    None
+):
+    ConsumerConfig(**{**BASE, "group_id": "billing team", "dead_letter_topic": "billing.dlq"})
+    ConsumerConfig(**{**BASE, "group_id": "billing team", "on_failure": "stop-partition"})
+
+
+def test_exactly_once_with_a_sink_passed_in_code_that_stores_no_offsets_is_refused() -> None:
+    """The one rule the configuration cannot know: what a sink given in code can do."""
     from kafleet import ParallelConsumer
 
-    config = load_config(None, {**BASE, "guarantee": "exactly-once"})
+    config = load_config(
+        None, {**BASE, "guarantee": "exactly-once", "spark": {"table": "/lake/orders"}}
+    )
+
+    class ListSink:  # writes batches to a list: it cannot say where a partition resumes
+        max_batches_per_write = 1
+
+        def rows(self, record: object, result: object) -> list[dict[str, object]]:
+            return [{"result": result}]
+
+        def prepare(self, batch: object) -> object:
+            return batch
+
+        def write(self, prepared: list[object]) -> None:
+            pass
 
     with pytest.raises(ConfigError) as caught:
-        ParallelConsumer(config, lambda record: None)
+        ParallelConsumer(config, lambda record: None, sink=ListSink())
 
     assert caught.value.fields == ("guarantee",)
-    assert "spark.table" in str(caught.value)
+    assert "offset_store" in str(caught.value)
