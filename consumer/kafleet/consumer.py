@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -75,7 +76,11 @@ class ParallelConsumer:
         if self.shipper is not None:
             on_result = self.shipper.add
         self.dead_letters = (
-            DeadLetterWriter(_producer_config(config), config.effective_dead_letter_topic)
+            DeadLetterWriter(
+                _producer_config(config),
+                config.effective_dead_letter_topic,
+                partial(ensure_topic, _producer_config(config), config),
+            )
             if config.on_failure == "dead-letter"
             else None
         )
@@ -100,7 +105,7 @@ class ParallelConsumer:
         if self._thread is not None:
             raise RuntimeError("this ParallelConsumer was started already")
         if self.dead_letters is not None:  # most brokers do not create it on first use
-            ensure_topic(_producer_config(self.config), self.config)
+            self.dead_letters.check_topic()
         if isinstance(self.sink, SparkSink):
             self.sink.session()  # fail now, clearly, rather than at the first batch
         if self.shipper is not None:

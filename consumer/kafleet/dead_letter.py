@@ -7,6 +7,8 @@ making sure at start that the topic exists (``ensure_topic``): most brokers do n
 topics on first use, so a poison record would otherwise meet a missing topic and stop its
 partition. A missing topic is created (``dead_letter_create``) with the partition count
 ``dead_letter_partitions`` picks (pure), or the start fails with a ``ConfigError`` naming it.
+A cluster that does not answer at start does not stop it (the consumer waits for Kafka too):
+the check is then made before the first record is parked.
 
 Does not own deciding that a record is dead (``executor.py``) or the policy (``config.py``).
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
@@ -27,6 +29,7 @@ from kafleet.errors import ConfigError, FieldProblem, KafkaClientError
 from kafleet.record import Record
 
 HEADER_PREFIX = "kafleet."
+START_CHECK_S = 15.0  # how long the start waits for the cluster to answer the topic check
 log = logging.getLogger(__name__)
 
 
@@ -52,17 +55,47 @@ def dead_letter_headers(
 class DeadLetterWriter:
     """A producer shared by every Executor thread; ``send`` blocks until acknowledged."""
 
-    def __init__(self, producer_config: dict[str, str | int | float | bool], topic: str) -> None:
+    def __init__(
+        self,
+        producer_config: dict[str, str | int | float | bool],
+        topic: str,
+        ensure: Callable[[float], object] | None = None,
+    ) -> None:
+        """``ensure(timeout_s)`` makes sure the topic exists (``ensure_topic``), once."""
         self.topic = topic
+        self._ensure = ensure
+        self._ensure_lock = threading.Lock()
         self._producer = Producer(
             {**producer_config, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
         )
         self._lock = threading.Lock()
 
+    def check_topic(self, timeout_s: float | None = None) -> None:
+        """At start: raise ``ConfigError`` if the topic is missing and may not (or could not)
+        be created. A cluster that does not answer (within ``START_CHECK_S``) leaves the check
+        to the first send."""
+        try:
+            self._ensure_once(START_CHECK_S if timeout_s is None else timeout_s)
+        except KafkaClientError as exc:
+            log.warning(
+                "could not check the dead-letter topic %s yet (%s); it is checked again before "
+                "the first record is parked",
+                self.topic,
+                exc,
+            )
+
+    def _ensure_once(self, timeout_s: float) -> None:
+        with self._ensure_lock:
+            if self._ensure is not None:
+                self._ensure(timeout_s)
+                self._ensure = None
+
     def send(
         self, record: Record, headers: list[tuple[str, str | bytes | None]], timeout: float = 30.0
     ) -> None:
-        """Write the record; raise ``KafkaClientError`` if the broker did not take it."""
+        """Write the record; raise ``KafkaClientError`` if the broker did not take it (or
+        ``ConfigError`` if the topic, not checked at start, is missing for good)."""
+        self._ensure_once(timeout)
         outcome: list[KafkaError | None] = []
         done = threading.Event()
 

@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     try:  # a mistake ends the same way wherever it is found: named, exit 2, no traceback
         consumer, overrides = _start(args)
     except ConfigError as exc:
+        if exc.source == "configuration" and args.config is not None:  # found after loading
+            exc = ConfigError(exc.problems, f"configuration ({args.config})")
         print(f"kafleet worker: {exc}", file=sys.stderr)
         return 2
     config = consumer.config

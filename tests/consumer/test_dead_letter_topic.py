@@ -14,10 +14,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from kafleet import ParallelConsumer, Record
+from kafleet import ParallelConsumer, Record, dead_letter
 from kafleet.dead_letter import dead_letter_partitions
 from kafleet.errors import ConfigError
 from tests.conftest import REPO, ConfigFactory, TopicFactory
+from tests.infra import kafka as kafka_infra
 from tests.infra.records import ProduceReport, record_number
 from tests.infra.waiting import wait_until
 
@@ -184,6 +185,41 @@ def test_the_worker_command_without_dead_letter_create_ends_cleanly_naming_the_t
     assert done.returncode == 2, done.stderr
     assert "dead_letter_topic" in done.stderr
     assert f"{topic}.parked" in done.stderr
+
+
+def test_a_cluster_that_does_not_answer_at_start_gets_the_check_before_the_first_record_parks(
+    kafka_broker: kafka_infra.KafkaBroker,
+    admin: AdminClient,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    consumer_config: ConfigFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The consumer waits for Kafka to come back; the dead-letter check must not stop it."""
+    topic = topic_factory(partitions=2)
+    assert partitions_once_seen(admin, topic) == 2
+    dead = unique_name(topic, "dlq")
+    config = consumer_config(
+        topic, dead_letter_topic=dead, retry={"max_attempts": 1, "initial_backoff_ms": 0}
+    )
+
+    def handle(record: Record) -> None:
+        if record_number(record.value or b"") == 7:
+            raise ValueError("cannot bill record 7")
+
+    monkeypatch.setattr(dead_letter, "START_CHECK_S", 2.0)
+    kafka_broker.stop()
+    try:
+        consumer = ParallelConsumer(config, handle).start()
+    finally:
+        kafka_broker.start()
+    try:
+        produce(topic, 20)
+        wait_until(lambda: consumer.snapshot()["dead_lettered"] == 1, 60, "record 7 parked")
+        assert consumer.snapshot()["records_processed"] == 19
+        assert partitions_once_seen(admin, dead) == 2
+    finally:
+        consumer.close(grace_s=5)
 
 
 def test_stop_partition_needs_no_dead_letter_topic(
