@@ -4,7 +4,9 @@ Owns: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 binaries that ``k8s_build.py`` builds; the TLS material (a CA, the apiserver's serving cert, the
 service-account signing key, made with ``openssl``); an admin identity (a bearer token in the
 apiserver's token file, group ``system:masters``); the kubeconfig; two fake nodes that kwok keeps
-Ready and whose scheduled pods it turns Running. Everything lives in one run folder under
+Ready (renewing a Lease per node in ``kube-node-lease``, as a kubelet does, so the node
+controller never marks them Unknown and their pods unready) and whose scheduled pods it turns
+Running. Everything lives in one run folder under
 ``.cache/k8s/``, and every process is stopped by its own pid.
 
 Does not own: the binaries (``k8s_build.py``) or anything a test puts in the cluster.
@@ -39,6 +41,11 @@ from tests.infra.kafka import LOOPBACK, TestbedError, free_port
 RUNS = k8s_build.CACHE / "runs"
 DEV_WORKDIR = k8s_build.CACHE / "dev"
 FAKE_NODES = ("kwok-node-0", "kwok-node-1")
+# The node controller marks a node NotReady when neither its status nor its Lease was renewed
+# for this long (kube-controller-manager's --node-monitor-grace-period, 50 s by default):
+# shorter here, so that a test bed losing its heartbeats shows it within a test.
+NODE_MONITOR_GRACE_S = 20
+NODE_LEASE_S = 12  # kwok renews each node's Lease every quarter of this, as a kubelet does
 START_TIMEOUT_S = 120.0
 # The order in which the processes start; they stop in the reverse order.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -158,6 +165,7 @@ class ControlPlane:
             "--use-service-account-credentials=false",
             "--concurrent-deployment-syncs=10",
             "--concurrent-replicaset-syncs=10",
+            f"--node-monitor-grace-period={NODE_MONITOR_GRACE_S}s",
             "--v=1",
         ]
 
@@ -183,6 +191,9 @@ class ControlPlane:
             "--cidr=10.244.0.0/16",
             "--node-ip=10.0.0.2",
             f"--server-address={LOOPBACK}:{self.ports['kwok']}",
+            # kwok holds and renews a Lease per node only with this (its default is 0: none);
+            # without one the node controller marks the nodes Unknown every grace period.
+            f"--node-lease-duration-seconds={NODE_LEASE_S}",
             *(f"--config={stage}" for stage in stages),
         ]
 

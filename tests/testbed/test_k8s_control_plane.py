@@ -1,17 +1,21 @@
 """The Kubernetes test bed works: a real apiserver with schema validation, RBAC, controllers that
-turn Deployments into Pods, kwok that runs them, server-side dry-run, and helm."""
+turn Deployments into Pods, kwok that runs them and keeps its nodes' Leases renewed (so they
+stay Ready however long a test runs), server-side dry-run, and helm."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
 import pytest
-from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes import watch
+from kubernetes.client import AppsV1Api, CoordinationV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import K8s
+from tests.infra import k8s as k8s_infra
 from tests.infra import k8s_build
 from tests.infra.waiting import wait_until
 
@@ -79,6 +83,52 @@ def test_fake_nodes_are_ready(k8s: K8s) -> None:
     for node in nodes:
         ready = {c.type: c.status for c in node.status.conditions}["Ready"]
         assert ready == "True"
+
+
+def lease_renewals(k8s: K8s) -> dict[str, datetime]:
+    """Each fake node's Lease in kube-node-lease: when it was last renewed."""
+    leases = CoordinationV1Api(k8s.api).list_namespaced_lease("kube-node-lease").items
+    return {
+        lease.metadata.name: lease.spec.renew_time
+        for lease in leases
+        if lease.metadata.name in k8s_infra.FAKE_NODES and lease.spec.renew_time
+    }
+
+
+def test_each_fake_node_has_a_lease_that_kwok_renews(k8s: K8s) -> None:
+    """The node controller judges a node by its Lease: without one renewed, it marks the node
+    NotReady after its grace period and every pod on it unready."""
+    wait_until(
+        lambda: sorted(lease_renewals(k8s)) == sorted(k8s_infra.FAKE_NODES),
+        30,
+        "a Lease per fake node in kube-node-lease",
+    )
+    first = lease_renewals(k8s)
+
+    wait_until(
+        lambda: all(lease_renewals(k8s)[n] > first[n] for n in k8s_infra.FAKE_NODES),
+        3 * k8s_infra.NODE_LEASE_S,
+        "kwok to renew each node's Lease",
+    )
+
+
+def test_fake_nodes_stay_ready_past_the_node_controllers_grace_period(k8s: K8s) -> None:
+    """Watched, not sampled: a node the controller marks Unknown is set Ready again by kwok
+    within a moment, but its pods were marked unready meanwhile."""
+    core = CoreV1Api(k8s.api)
+    # Longer than the grace period plus the node controller's own period (5 s), from now:
+    # whenever the last heartbeat before this test was, a node without one would be caught.
+    window = k8s_infra.NODE_MONITOR_GRACE_S + 10
+    seen: list[str] = []
+    for event in watch.Watch().stream(
+        core.list_node, label_selector="type=kwok", timeout_seconds=window
+    ):
+        node = event["object"]
+        ready = {c.type: c for c in node.status.conditions}["Ready"]
+        seen.append(f"{node.metadata.name} Ready={ready.status} ({ready.reason})")
+        taints = [t.key for t in node.spec.taints or []]
+        assert ready.status == "True", seen
+        assert "node.kubernetes.io/unreachable" not in taints, seen
 
 
 def test_a_custom_resource_is_stored_and_a_malformed_one_is_rejected_naming_the_field(
