@@ -88,7 +88,13 @@ class ParallelConsumer:
             handler, config, self.queues, self.offsets, self.stats, self.dead_letters, on_result
         )
         self.poller = Poller(
-            config, self.queues, self.offsets, self.stats, offset_store, shipper=self.shipper
+            config,
+            self.queues,
+            self.offsets,
+            self.stats,
+            offset_store,
+            shipper=self.shipper,
+            handler_p99=self.executor.recent_p99,
         )
         self.publisher = (
             StatePublisher(

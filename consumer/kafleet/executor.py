@@ -18,6 +18,7 @@ import inspect
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,6 +37,37 @@ Handler = Callable[[Record], Any] | Callable[[Record], Awaitable[Any]]
 ResultSink = Callable[[Record, Any], None]
 MAX_RUN = 256  # records one thread takes at once, at most (fast handlers)
 RUN_BUDGET_S = 0.002  # the handler time one run aims at
+REPORT_AFTER_S = 0.02  # records finished in a run still going are reported after this
+RECENT_LATENCIES = 1024  # handler latencies kept for the recent p99
+
+
+class _Finished:
+    """The records one worker thread finished in its current run and has not reported yet.
+
+    A run reports its records when it ends, under one lock for all of them; the reporter
+    thread reports those that have waited longer than ``REPORT_AFTER_S``, so a slow record
+    late in a run never holds back the commit of the fast ones before it.
+    """
+
+    __slots__ = ("lock", "records", "since")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.records: list[Record] = []
+        self.since = 0.0  # monotonic time of the oldest unreported record (0: none)
+
+    def add(self, record: Record) -> None:
+        with self.lock:
+            if not self.records:
+                self.since = time.monotonic()
+            self.records.append(record)
+
+    def take(self, older_than: float | None = None) -> list[Record]:
+        with self.lock:
+            if not self.records or (older_than is not None and self.since > older_than):
+                return []
+            records, self.records = self.records, []
+            return records
 
 
 class Executor:
@@ -61,6 +93,8 @@ class Executor:
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._latency = 1.0  # seconds; runs of one record until handlers prove fast
+        self._recent: deque[float] = deque(maxlen=RECENT_LATENCIES)
+        self._finished: list[_Finished] = []
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -71,6 +105,7 @@ class Executor:
             self._spawn(self._feed_loop, "kafleet-async-feeder")
         else:
             self.resize(self.queues.concurrency)
+            self._spawn(self._report_stale, "kafleet-executor-reporter")
 
     def resize(self, concurrency: int) -> None:
         """Apply a new concurrency limit, starting threads if the pool is too small."""
@@ -97,20 +132,35 @@ class Executor:
     # -- plain functions ------------------------------------------------------------------
 
     def _work(self) -> None:
+        finished = _Finished()
+        self._finished.append(finished)
         while not self._stop.is_set():
             run = self.queues.take(timeout=0.2, max_run=self._run_length())
-            finished: list[Record] = []
             try:
                 for i, record in enumerate(run):
-                    if i and not self.queues.is_open(record.tp):
+                    if i and not self.queues.is_current(record):
                         self.queues.complete_many(run[i:])  # revoked or stopped mid-run
                         break
                     if self._run_guarded(record):
-                        finished.append(record)
+                        finished.add(record)
             finally:
-                self._finish_many(finished)
+                self._finish_many(finished.take())
                 if run:
                     self.queues.release()
+
+    def _report_stale(self) -> None:
+        """Report records that runs still going finished more than REPORT_AFTER_S ago."""
+        while not self._stop.wait(REPORT_AFTER_S):
+            older_than = time.monotonic() - REPORT_AFTER_S
+            for finished in list(self._finished):
+                self._finish_many(finished.take(older_than))
+
+    def recent_p99(self) -> float | None:
+        """The p99 of the last RECENT_LATENCIES handler latencies (None before 20 records)."""
+        recent = sorted(self._recent)
+        if len(recent) < 20:
+            return None
+        return recent[min(len(recent) - 1, int(len(recent) * 0.99))]
 
     def _run_length(self) -> int:
         """Records per run: about RUN_BUDGET_S of work at the handlers' recent latency, so a
@@ -202,17 +252,21 @@ class Executor:
         return not self._stop.wait(delay)  # a stop cuts the wait short and ends the retries
 
     def _ship(self, record: Record, result: Any) -> None:
-        """Hand a result on (to the shipper) before the record is marked done."""
-        if self.on_result is not None and result is not None:
+        """Hand a result on (to the shipper) before the record is marked done; the result of
+        a run that outlived its partition's assignment is dropped (its next owner redoes it)."""
+        if self.on_result is not None and result is not None and self.queues.owns(record):
             self.on_result(record, result)
 
     def _succeeded(self, seconds: float) -> None:
         self.stats.observe_latency(seconds)
+        self._recent.append(seconds)
         self._latency += (seconds - self._latency) * 0.05  # a moving average, racy but harmless
 
     def _finish_many(self, records: list[Record]) -> None:
         """Done: the offset tracker learns it, then the queues (see WorkQueues.complete).
         At most once, the Poller marked them done before they ran."""
+        if not records:
+            return
         if self.config.guarantee == "at-most-once":
             self.queues.complete_many(records)
         else:

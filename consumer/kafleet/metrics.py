@@ -81,6 +81,12 @@ METRICS: list[tuple[str, str, list[str], str]] = [
     ("rebalances_total", "counter", G, "assignments and revocations"),
     ("partitions_revoked_total", "counter", G, "partitions revoked"),
     ("partitions_lost_total", "counter", G, "partitions lost (nothing committed for them)"),
+    (
+        "offset_rewinds_total",
+        "counter",
+        G,
+        "partitions whose position went back (log truncation, offset reset); tracking restarted",
+    ),
     ("revoke_drain_seconds_last", "gauge", G, "how long the last revoke drained its partitions"),
     ("pauses_total", "counter", G, "partition pauses for back-pressure"),
     ("resumes_total", "counter", G, "partition resumes"),
@@ -212,6 +218,7 @@ class StateCollector(Collector):
                 ("rebalances_total", "rebalances"),
                 ("partitions_revoked_total", "partitions_revoked_total"),
                 ("partitions_lost_total", "partitions_lost_total"),
+                ("offset_rewinds_total", "offset_rewinds"),
                 ("pauses_total", "pauses"),
                 ("resumes_total", "resumes"),
             ]:

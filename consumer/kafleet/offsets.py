@@ -70,6 +70,16 @@ class PartitionOffsets:
             return None if gated else done
         return min(done, self.shipped)
 
+    def truncate(self, offset: int) -> None:
+        """Forget the records from ``offset`` on: they were added but never handed over (at
+        most once, their commit failed and the partition is going). A commit that failed may
+        have been sent past them; what was acknowledged is what counts again."""
+        self._pending = deque(o for o in self._pending if o < offset)
+        self._open = {o for o in self._open if o < offset}
+        if self.next_offset is not None and offset < self.next_offset:
+            self.next_offset = offset
+        self.sent = self.committed
+
     def mark_sent(self, offset: int) -> None:
         """A commit of ``offset`` is being sent: it must never be below an earlier one."""
         if self.sent is not None and offset < self.sent:
@@ -109,6 +119,23 @@ class OffsetTracker:
         with self._lock:
             for tp, offset in records:
                 self._partitions[tp].add(offset)
+
+    def next_offsets(self, tps: set[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """Per partition, one past the last offset added (partitions with none are left out)."""
+        with self._lock:
+            result = {}
+            for tp in tps:
+                partition = self._partitions.get(tp)
+                if partition is not None and partition.next_offset is not None:
+                    result[tp] = partition.next_offset
+            return result
+
+    def truncate(self, tp: TopicPartitionKey, offset: int) -> None:
+        """See :meth:`PartitionOffsets.truncate`."""
+        with self._lock:
+            partition = self._partitions.get(tp)
+            if partition is not None:
+                partition.truncate(offset)
 
     def done(self, tp: TopicPartitionKey, offset: int) -> bool:
         """Mark a record done; False if its partition is no longer tracked (revoked or lost)."""

@@ -37,6 +37,11 @@ from kafleet.work_queue import TP, WorkQueues
 
 log = logging.getLogger(__name__)
 
+# revoke_policy wait: how long a revoke waits at most, in multiples of the recent p99 handler
+# latency (a record that started just before the revoke ends within one p99), and at least.
+REVOKE_WAIT_P99S = 3.0
+REVOKE_WAIT_FLOOR_S = 0.1
+
 
 class OffsetStore(Protocol):
     """A sink that stores offsets with its output (exactly-once) says where to resume: for
@@ -69,6 +74,7 @@ class Poller:
         offset_store: OffsetStore | None = None,
         consumer_factory: Callable[[dict[str, object]], Consumer] = Consumer,
         shipper: ResultShipper | None = None,
+        handler_p99: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.config = config
         self.queues = queues
@@ -88,6 +94,10 @@ class Poller:
         # From librdkafka's statistics: per partition, the log-end offset and fetch position.
         self.log_ends: dict[TP, tuple[int, int]] = {}
         self._commit_sent_at: float | None = None
+        self._handler_p99 = handler_p99
+        # At most once: a poll's records wait here, their partitions paused, until a commit
+        # covering them is acknowledged; no handler runs before that.
+        self._unacknowledged: list[Record] = []
 
     # -- control from other threads ---------------------------------------------------------
 
@@ -171,6 +181,8 @@ class Poller:
         self.stats.polled()
         if messages:
             self._hand_over(messages)
+        if self._unacknowledged:
+            self._release_acknowledged()
         self._maybe_commit()
 
     def _hand_over(self, messages: list[Message]) -> None:
@@ -183,12 +195,91 @@ class Poller:
             record = Record.from_message(msg)
             if record.tp in self._assigned:
                 records.append(record)
+        records = self._rewind_where_offsets_went_back(records)
         self.offsets.add_many([(record.tp, record.offset) for record in records])
         if self.config.guarantee == "at-most-once" and records:
-            for record in records:  # committed before any handler runs: done as far as
-                self.offsets.done(record.tp, record.offset)  # offsets are concerned
-            self._commit(asynchronous=False)
+            # Committed before any handler runs: done as far as offsets are concerned, and
+            # handed over only once the commit that covers them is acknowledged.
+            self.offsets.done_many([(record.tp, record.offset) for record in records])
+            if self._unacknowledged or not self._commit(asynchronous=False):
+                if not self._unacknowledged:
+                    self._hold_intake()
+                self._unacknowledged.extend(records)
+                return
         self.queues.push(records)
+
+    # -- at most once: no handler before its commit -------------------------------------------
+
+    def _hold_intake(self) -> None:
+        """A commit failed: pause every partition at the client (kafleet's own pause marks are
+        left as they are) and keep polling, so the group sees us alive, until it succeeds."""
+        assert self._consumer is not None
+        log.warning("at-most-once: a commit failed; no record is handled until one succeeds")
+        self._consumer.pause([TopicPartition(t, p) for t, p in self._assigned])
+
+    def _release_acknowledged(self) -> None:
+        """Retry the commit that covers the waiting records; once it is acknowledged, hand
+        them over and resume what kafleet itself has not paused."""
+        assert self._consumer is not None
+        if not self._commit(asynchronous=False):
+            return
+        records, self._unacknowledged = self._unacknowledged, []
+        self.queues.push([r for r in records if r.tp in self._assigned])
+        if not self._closing:
+            unpaused = [tp for tp in self._assigned if not self.queues.is_paused(tp)]
+            self._consumer.resume([TopicPartition(t, p) for t, p in unpaused])
+        log.info("at-most-once: commit acknowledged; %d waiting records handed over", len(records))
+
+    def _drop_unacknowledged(self, tps: list[TP]) -> None:
+        """Revoked or lost partitions' waiting records never ran and are not committed: the
+        next owner reads them again. Forget them, so the revoke's commit leaves them out."""
+        gone = set(tps)
+        first: dict[TP, int] = {}
+        kept = []
+        for record in self._unacknowledged:
+            if record.tp in gone:
+                first.setdefault(record.tp, record.offset)
+            else:
+                kept.append(record)
+        self._unacknowledged = kept
+        for tp, offset in first.items():
+            self.offsets.truncate(tp, offset)
+
+    # -- offsets that go back -----------------------------------------------------------------
+
+    def _rewind_where_offsets_went_back(self, records: list[Record]) -> list[Record]:
+        """librdkafka moves a position back after a log truncation or an offset reset. Such a
+        partition's tracking starts again from the new position (records of the old run still
+        in handlers finish unseen); loud in the log, counted in ``offset_rewinds``."""
+        expected = self.offsets.next_offsets({record.tp for record in records})
+        jumps: dict[TP, int] = {}  # partition -> index of its last record that went back
+        for index, record in enumerate(records):
+            following = expected.get(record.tp)
+            if following is not None and record.offset < following:
+                jumps[record.tp] = index
+                log.error(
+                    "%s[%d] went back from offset %d to %d (a log truncation or an offset "
+                    "reset): its tracking starts again there, and records may be handled again",
+                    record.topic,
+                    record.partition,
+                    following - 1,
+                    record.offset,
+                )
+            expected[record.tp] = record.offset + 1
+        if not jumps:
+            return records
+        tps = list(jumps)
+        self.queues.close_partitions(tps)
+        self.queues.remove(tps)
+        self.queues.assign(tps)
+        for tp in tps:
+            self.offsets.remove(tp)
+            self.offsets.assign(tp)
+        if self.shipper is not None:
+            self.shipper.remove(tps)
+            self.shipper.assign(tps)
+        self.stats.add(offset_rewinds=len(tps))
+        return [r for i, r in enumerate(records) if i >= jumps.get(r.tp, 0)]
 
     # -- commits ------------------------------------------------------------------------------
 
@@ -279,6 +370,11 @@ class Poller:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(tp.topic, tp.partition) for tp in partitions]
+        # librdkafka keeps an application's pause across unassign and assign (librdkafka
+        # #1849): a partition paused here before it was revoked would come back paused, and
+        # nothing would ever resume it. Its bookkeeping starts afresh, unpaused, so resume it.
+        if partitions:
+            consumer.resume([TopicPartition(t, p) for t, p in tps])
         self.queues.assign(tps)
         for tp in tps:
             self.offsets.assign(tp)
@@ -290,8 +386,8 @@ class Poller:
         log.info("assigned %s", tps)
         if self.offset_store is not None and tps:
             consumer.incremental_assign(self._resume_points(consumer, tps))
-        if self._closing:
-            self._pause(tps)
+        if self._closing or self._unacknowledged:
+            consumer.pause([TopicPartition(t, p) for t, p in tps])
 
     def _resume_points(self, consumer: Consumer, tps: list[TP]) -> list[TopicPartition]:
         """Exactly-once: where each partition resumes. The sink's output wins where it is
@@ -323,13 +419,8 @@ class Poller:
         if not tps:
             return
         dropped = self.queues.close_partitions(tps)
-        wait = (
-            0.0
-            if self._drain_deadline is not None
-            and self._closing
-            and time.monotonic() >= self._drain_deadline
-            else self.config.drain_timeout_s
-        )
+        self._drop_unacknowledged(tps)
+        wait = self._revoke_wait()
         drained = self.queues.wait_idle(tps, timeout=wait)
         if self.shipper is not None:  # write what is done, so the next owner need not redo it
             remaining = max(0.0, started + wait - time.monotonic())
@@ -340,22 +431,49 @@ class Poller:
         self.stats.add(revoked=len(tps), rebalances=1)
         self.stats.observe_revoke(started, seconds, tps, timed_out=not drained)
         log.info(
-            "revoked %s in %.3f s (%d queued dropped, drained: %s, committed: %s)",
+            "revoked %s in %.3f s (%d queued dropped, waited up to %.3f s, drained: %s, "
+            "committed: %s)",
             tps,
             seconds,
             dropped,
+            wait,
             drained,
             committed,
         )
 
+    def _revoke_wait(self) -> float:
+        """How long a revoke waits for the revoked partitions' in-flight records (librdkafka
+        fetches nothing for any partition meanwhile). ``abandon``: not at all; their results
+        are ignored when they end (the queues know the run is no longer current). ``wait``:
+        up to ``drain_timeout_s``, and no longer than a few times the recent p99 handler
+        latency, so one hung record does not hold the whole worker's fetching."""
+        deadline = self._drain_deadline
+        if self._closing and deadline is not None and time.monotonic() >= deadline:
+            return 0.0
+        if self.config.effective_revoke_policy == "abandon":
+            return 0.0
+        p99 = self._handler_p99()
+        if p99 is None:
+            return self.config.drain_timeout_s
+        return min(self.config.drain_timeout_s, max(REVOKE_WAIT_FLOOR_S, REVOKE_WAIT_P99S * p99))
+
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(tp.topic, tp.partition) for tp in partitions]
         self.queues.close_partitions(tps)
+        self._drop_unacknowledged(tps)
         self._forget(tps)  # another member owns them now: commit nothing
         self.stats.add(lost=len(tps), rebalances=1)
         log.warning("lost %s; nothing committed for them", tps)
 
     def _forget(self, tps: list[TP]) -> None:
+        # Resume what kafleet paused: the client keeps the pause flag across unassign and a
+        # later assign (see _on_assign), which must not depend on this alone.
+        paused = [TopicPartition(t, p) for t, p in tps if self.queues.is_paused((t, p))]
+        if paused and self._consumer is not None and not self._closing:
+            try:
+                self._consumer.resume(paused)
+            except KafkaException as exc:
+                log.warning("resuming %s as they go: %s", tps, exc)
         for tp in tps:
             self.offsets.remove(tp)
             self._assigned.discard(tp)

@@ -59,6 +59,7 @@ class Stats:
         default_factory=lambda: deque(maxlen=50)
     )
     revoke_timeouts: int = 0
+    offset_rewinds: int = 0  # partitions whose position went back (truncation, reset)
     last_poll: float = field(default_factory=time.monotonic)
     polls: int = 0
     latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
@@ -133,6 +134,7 @@ class Stats:
                 "resumes": self.resumes,
                 "revoke_seconds": [seconds for _, seconds, _ in self.revokes],
                 "revoke_timeouts": self.revoke_timeouts,
+                "offset_rewinds": self.offset_rewinds,
                 "seconds_since_poll": time.monotonic() - self.last_poll,
                 "polls": self.polls,
                 "handler_latency": {

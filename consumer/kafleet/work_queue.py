@@ -48,6 +48,7 @@ class _Lane:
 
 @dataclass(eq=False)
 class _Partition:
+    tp: TP
     queued: int = 0
     queued_bytes: int = 0
     in_flight: int = 0
@@ -57,7 +58,12 @@ class _Partition:
     closed: bool = False  # revoked, lost or stopped: nothing more is dispatched
     stopped_reason: str | None = None
     lanes: dict[LaneKey, _Lane] = field(default_factory=dict)
-    started: dict[int, float] = field(default_factory=dict)  # in-flight offset -> start time
+    ready: deque[_Lane] = field(default_factory=deque)  # lanes with a record that may run
+    in_ready: bool = False  # in WorkQueues._ready
+    # In-flight offset -> (start time, the record taken). A completion counts only if it is
+    # the very record taken from this assignment of the partition: after a revoke and a new
+    # assignment the same offset may run again, and the old run must not finish the new one.
+    started: dict[int, tuple[float, Record]] = field(default_factory=dict)
 
 
 class WorkQueues:
@@ -69,7 +75,10 @@ class WorkQueues:
         self._work = threading.Condition(self._lock)  # a record may be ready to take
         self._idle = threading.Condition(self._lock)  # in-flight records finished
         self._partitions: dict[TP, _Partition] = {}
-        self._ready: deque[_Lane] = deque()
+        # Partitions with a ready lane, served round-robin; each serves its lanes round-robin
+        # in turn, so a partition with a thousand live keys gets one turn per round like a
+        # partition with one.
+        self._ready: deque[_Partition] = deque()
         self._in_flight = 0  # records taken and not completed
         self._busy = 0  # runs taken and not released: what the concurrency limit counts
         self._closed = False
@@ -79,7 +88,7 @@ class WorkQueues:
     def assign(self, tps: Iterable[TP]) -> None:
         with self._lock:
             for tp in tps:
-                self._partitions.setdefault(tp, _Partition())
+                self._partitions.setdefault(tp, _Partition(tp))
 
     def close_partitions(self, tps: Iterable[TP]) -> int:
         """Stop dispatching from these partitions and drop their queued records (revoke or
@@ -126,9 +135,7 @@ class WorkQueues:
                 lane.records.append(record)
                 part.queued += 1
                 part.queued_bytes += record.size
-                if not lane.in_ready and lane.ready:
-                    lane.in_ready = True
-                    self._ready.append(lane)
+                self._make_ready(part, lane)
                 added += 1
             if added:
                 self._work.notify(added)
@@ -207,26 +214,47 @@ class WorkQueues:
                     return []
                 self._work.wait(remaining)
 
+    def _make_ready(self, part: _Partition, lane: _Lane) -> None:
+        """Put a lane that may run in its partition's line, and the partition in the line of
+        partitions (unless it is there already)."""
+        if lane.in_ready or not lane.ready or part.closed:
+            return
+        lane.in_ready = True
+        part.ready.append(lane)
+        if not part.in_ready:
+            part.in_ready = True
+            self._ready.append(part)
+
     def _take_locked(self, max_run: int) -> list[Record]:
         while self._ready:
-            lane = self._ready.popleft()
-            lane.in_ready = False
-            part = self._partitions.get(lane.key[:2])
-            if part is None or part.closed or not lane.ready:
+            part = self._ready.popleft()
+            part.in_ready = False
+            if part.closed or self._partitions.get(part.tp) is not part:
+                part.ready.clear()
+                continue
+            lane = None
+            while part.ready:
+                candidate = part.ready.popleft()
+                candidate.in_ready = False
+                if candidate.ready:
+                    lane = candidate
+                    break
+            if lane is None:
                 continue
             now = time.monotonic()
             run = [lane.records.popleft() for _ in range(min(max_run, len(lane.records)))]
             for record in run:
                 part.queued_bytes -= record.size
-                part.started[record.offset] = now
+                part.started[record.offset] = (now, record)
             part.queued -= len(run)
             part.in_flight += len(run)
             lane.in_flight += len(run)
             self._in_flight += len(run)
             self._busy += 1
-            if lane.ready:  # more of this lane may run (unordered): back of the line
-                lane.in_ready = True
-                self._ready.append(lane)
+            self._make_ready(part, lane)  # more of this lane may run (unordered): back of its line
+            if part.ready and not part.in_ready:  # other lanes wait: the partition's next turn
+                part.in_ready = True
+                self._ready.append(part)
             return run
         return []
 
@@ -240,6 +268,23 @@ class WorkQueues:
         """Whether records of ``tp`` may still run (not revoked, lost or stopped)."""
         part = self._partitions.get(tp)
         return part is not None and not part.closed
+
+    def is_current(self, record: Record) -> bool:
+        """Whether ``record`` was taken from its partition's current, open assignment (not one
+        that was revoked, lost or stopped since, even if the partition came back)."""
+        part = self._partitions.get(record.tp)
+        return part is not None and not part.closed and self._owns(part, record)
+
+    def owns(self, record: Record) -> bool:
+        """Whether ``record`` is in flight in its partition's current assignment, open or
+        being revoked: its result counts (a revoke writes what finishes while it waits)."""
+        part = self._partitions.get(record.tp)
+        return part is not None and self._owns(part, record)
+
+    @staticmethod
+    def _owns(part: _Partition, record: Record) -> bool:
+        entry = part.started.get(record.offset)
+        return entry is not None and entry[1] is record
 
     def complete(self, record: Record, mark_done: Callable[[], object] | None = None) -> None:
         """A taken record is finished (done, dead-lettered, or abandoned).
@@ -258,7 +303,7 @@ class WorkQueues:
         if not records:
             return
         with self._lock:
-            current = [r for r in records if self._current(r)]
+            current = [r for r in records if self.owns(r)]
             if mark_done is not None and current:
                 mark_done(current)
             self._in_flight -= len(records)
@@ -266,10 +311,6 @@ class WorkQueues:
                 self._completed_locked(record)
             if self._closed and not self._in_flight:
                 self._idle.notify_all()
-
-    def _current(self, record: Record) -> bool:
-        part = self._partitions.get(record.tp)
-        return part is not None and record.offset in part.started
 
     def _completed_locked(self, record: Record) -> None:
         part = self._partitions[record.tp]
@@ -281,9 +322,8 @@ class WorkQueues:
         lane = part.lanes.get(key)
         if lane is not None:
             lane.in_flight -= 1
-            if lane.ready and not lane.in_ready and not part.closed:
-                lane.in_ready = True
-                self._ready.append(lane)
+            if lane.ready:
+                self._make_ready(part, lane)
             elif not lane.records and not lane.in_flight and self.ordering == "key":
                 del part.lanes[key]  # keys come and go; do not keep empty lanes
         if part.closed and not part.in_flight:
@@ -359,7 +399,9 @@ class WorkQueues:
                     "paused": p.paused,
                     "stopped": p.stopped_reason,
                     "revoking": p.closed and p.stopped_reason is None,
-                    "oldest_in_flight_s": now - min(p.started.values()) if p.started else 0.0,
+                    "oldest_in_flight_s": (
+                        now - min(t for t, _ in p.started.values()) if p.started else 0.0
+                    ),
                 }
                 for tp, p in self._partitions.items()
             }

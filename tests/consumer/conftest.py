@@ -1,17 +1,18 @@
 """Fixtures for the consumer's tests against the real broker: configs, running consumers that
-are always closed, a journal of what handlers did, and and the handlers' journal."""
+are always closed, the handlers' journal, and librdkafka's in-process mock cluster."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 
 from kafleet import Record
+from tests.infra.mock_kafka import MockCluster
 from tests.infra.records import record_number
 
 
@@ -91,3 +92,11 @@ class Journal:
 @pytest.fixture
 def journal() -> Journal:
     return Journal()
+
+
+@pytest.fixture
+def mock_kafka() -> Iterator[MockCluster]:
+    """librdkafka's in-process mock cluster (tests/infra/mock_kafka.py): fast rebalances."""
+    cluster = MockCluster()
+    yield cluster
+    cluster.close()
