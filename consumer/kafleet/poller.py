@@ -160,6 +160,8 @@ class Poller:
 
     def _poll_once(self) -> None:
         assert self._consumer is not None
+        if self._unacknowledged:  # at most once: retry the commit the waiting records need
+            self._release_acknowledged()
         headroom = min(self.max_poll_records, self.config.queue.max_records // 2)
         pause, resume = self.queues.transitions(headroom)
         if not self._closing:
@@ -181,8 +183,6 @@ class Poller:
         self.stats.polled()
         if messages:
             self._hand_over(messages)
-        if self._unacknowledged:
-            self._release_acknowledged()
         self._maybe_commit()
 
     def _hand_over(self, messages: list[Message]) -> None:

@@ -174,3 +174,45 @@ def test_a_run_takes_consecutive_records_of_one_lane_and_the_limit_counts_runs()
         q.complete(record)
     q.release()
     assert [r.offset for r in q.take(timeout=0, max_run=4)] == [4, 5, 6, 7]
+
+
+def test_a_run_that_outlived_a_revoke_does_not_finish_the_new_assignments_run_of_that_offset() -> (
+    None
+):
+    q = queues("partition")
+    old = rec(0, 7)
+    q.push([old])
+    assert take_one(q) is old  # in a handler while the partition is revoked
+    q.close_partitions([("t", 0)])
+    q.remove([("t", 0)])
+    q.assign([("t", 0)])  # ... and assigned back: offset 7 is taken again
+    again, following = rec(0, 7), rec(0, 8)
+    q.push([again, following])
+    assert take_one(q) is again
+    counted: list[Record] = []
+
+    q.complete(old, lambda: counted.append(old))  # the old run ends
+    q.release()
+
+    assert counted == [], "the old run's completion was counted against the new one"
+    assert q.snapshot()[("t", 0)]["in_flight"] == 1
+    assert q.take(timeout=0) == [], "offset 8 ran beside offset 7: partition order broken"
+    assert not q.is_current(old) and q.is_current(again)
+    finish(q, again)
+    assert take_one(q) is following
+
+
+def test_key_ordering_serves_partitions_round_robin_before_keys() -> None:
+    q = queues("key", concurrency=1)
+    crowded = [rec(0, i, key=f"k{i}".encode()) for i in range(100)]  # 100 live keys
+    lonely = [rec(1, i, key=b"only") for i in range(10)]  # one key
+    q.push(crowded + lonely)
+
+    order = []
+    for _ in range(20):
+        record = take_one(q)
+        order.append(record.partition)
+        finish(q, record)
+
+    assert order.count(1) == 10, f"the one-key partition got {order.count(1)} of 20 turns"
+    assert order == [0, 1] * 10

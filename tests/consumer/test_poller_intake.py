@@ -1,0 +1,155 @@
+"""What the Poller does with a poll's records before any handler sees them: at most once, no
+record enters the queues before a commit covering it is acknowledged; an offset that goes back
+restarts the partition's tracking instead of killing the worker.
+
+Pure logic against a fake ``confluent_kafka.Consumer`` (commits fail on demand, offsets jump);
+the rebalance and commit behaviour of the real client is covered against the broker elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from kafleet import load_config
+from kafleet.offsets import OffsetTracker
+from kafleet.poller import Poller
+from kafleet.state import Stats
+from kafleet.work_queue import WorkQueues
+
+TP0 = ("t", 0)
+
+
+class FakeMessage:
+    def __init__(self, partition: int, offset: int) -> None:
+        self._partition, self._offset = partition, offset
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"v"
+
+    def headers(self) -> None:
+        return None
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
+
+class FakeConsumer:
+    """Hands out the offsets it is given; synchronous commits fail ``failing_commits`` times."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[list[FakeMessage]] = []
+        self.failing_commits = 0
+        self.commits: list[dict[tuple[str, int], int]] = []
+        self.paused: set[tuple[str, int]] = set()
+
+    def deliver(self, partition: int, offsets: range) -> None:
+        self.deliveries.append([FakeMessage(partition, o) for o in offsets])
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
+        return self.deliveries.pop(0) if self.deliveries else []
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> Any:
+        if asynchronous:  # its outcome would come through on_commit: not under test here
+            return None
+        if self.failing_commits:
+            self.failing_commits -= 1
+            raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION))
+        self.commits.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
+        return offsets
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self.paused |= {(tp.topic, tp.partition) for tp in partitions}
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self.paused -= {(tp.topic, tp.partition) for tp in partitions}
+
+
+def poller(guarantee: str, consumer: FakeConsumer) -> tuple[Poller, WorkQueues, Stats]:
+    config = load_config(
+        None,
+        {
+            "bootstrap_servers": "fake:9092",
+            "group_id": "g",
+            "topics": ["t"],
+            "guarantee": guarantee,
+            "poll_interval_ms": 1,
+            "commit_interval_ms": 600_000,  # no periodic commit: only the ones under test
+        },
+    )
+    queues, stats = WorkQueues(config.queue, config.ordering, 4), Stats()
+    p = Poller(config, queues, OffsetTracker(), stats, consumer_factory=lambda _: consumer)  # type: ignore[arg-type,return-value]
+    p._consumer = consumer  # type: ignore[assignment]
+    p._on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    return p, queues, stats
+
+
+def queued(queues: WorkQueues) -> int:
+    return int(queues.snapshot()[TP0]["queued"])  # type: ignore[call-overload]
+
+
+def test_at_most_once_hands_no_record_over_until_a_commit_covering_it_is_acknowledged() -> None:
+    consumer = FakeConsumer()
+    p, queues, _ = poller("at-most-once", consumer)
+    consumer.deliver(0, range(10))
+    consumer.failing_commits = 2
+
+    p._poll_once()
+    assert queued(queues) == 0, "records were queued although their commit failed"
+    assert TP0 in consumer.paused, "intake was not held while the commit failed"
+    p._poll_once()  # the retry fails too
+    assert queued(queues) == 0
+    p._poll_once()  # the retry succeeds
+
+    assert consumer.commits[-1] == {TP0: 10}
+    assert queued(queues) == 10
+    assert TP0 not in consumer.paused
+
+
+def test_at_most_once_records_waiting_for_their_commit_are_left_to_the_next_owner() -> None:
+    consumer = FakeConsumer()
+    p, queues, _ = poller("at-most-once", consumer)
+    consumer.deliver(0, range(5))
+    p._poll_once()  # 0-4 committed and queued
+    consumer.deliver(0, range(5, 10))
+    consumer.failing_commits = 1
+    p._poll_once()  # 5-9 wait for their commit
+
+    p._on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+
+    assert consumer.commits[-1] == {TP0: 5}, "the revoke committed records that never ran"
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "at-most-once"])
+def test_an_offset_that_goes_back_restarts_the_partitions_tracking(guarantee: str) -> None:
+    consumer = FakeConsumer()
+    p, queues, stats = poller(guarantee, consumer)
+    consumer.deliver(0, range(100, 110))
+    p._poll_once()
+    consumer.deliver(0, range(40, 45))  # a log truncation or an offset reset
+
+    p._poll_once()
+
+    assert stats.offset_rewinds == 1
+    assert queued(queues) == 5, "the old run's queued records were not dropped"
+    first = queues.take(timeout=0)
+    assert [r.offset for r in first] == [40]
+    # What may be committed starts again at 40 (at most once, the records are done on intake).
+    assert p.offsets.handled(TP0) == (40 if guarantee == "at-least-once" else 45)
