@@ -125,7 +125,7 @@ def test_at_most_once_hands_no_record_over_until_a_commit_covering_it_is_acknowl
 
 def test_at_most_once_records_waiting_for_their_commit_are_left_to_the_next_owner() -> None:
     consumer = FakeConsumer()
-    p, queues, _ = poller("at-most-once", consumer)
+    p, _, _ = poller("at-most-once", consumer)
     consumer.deliver(0, range(5))
     p._poll_once()  # 0-4 committed and queued
     consumer.deliver(0, range(5, 10))

@@ -95,9 +95,7 @@ def _paused_partitions_flow_again_after_a_round_trip(
     )
     gate.set()
     try:
-        wait_until(
-            lambda: all(handled[p] >= 100 for p in range(PARTITIONS)), 30, "every partition"
-        )
+        wait_until(lambda: all(handled[p] >= 100 for p in range(PARTITIONS)), 30, "every partition")
     except AssertionError as exc:
         raise AssertionError(
             f"{exc} to flow again: handled per partition {dict(handled)}; the second member "
