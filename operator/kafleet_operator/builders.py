@@ -2,16 +2,17 @@
 
 Owns: the desired Deployment (a worker container running ``kafleet worker`` on the mounted
 configuration, a sidecar container serving probes and metrics from the shared state file,
-secrets as environment variables from Secrets, restricted pod security, a termination grace
-period that covers the worker's drain), the ConfigMap (the worker's validated configuration as
-YAML: the worker watches it, so tuning changes apply without a restart) and the metrics
-Service; their names, labels, selector and owner references. No I/O: every case is tested
+secrets as environment variables from Secrets, each pod's name as its static membership id,
+restricted pod security, a termination grace period that covers the worker's drain), the
+ConfigMap (the worker's validated configuration as YAML: the worker watches it, so tuning
+changes apply without a restart) and the metrics Service; their names, labels, selector and
+owner references. No I/O: every case is tested
 without a cluster.
 
 A change that touches only live-tunable values (``max_poll_records``, ``concurrency``) changes
 only the ConfigMap, never the pod template, so no pod restarts for tuning.
 
-Does not own applying them (``handlers.py``) or deciding replicas (``scaling.py``).
+Does not own applying them (``kube.py``, ``handlers.py``) or deciding replicas (``scaling.py``).
 """
 
 from __future__ import annotations
@@ -98,6 +99,19 @@ def _secret_env(parsed: ParsedSpec) -> list[Obj]:
     return env
 
 
+def _member_env(parsed: ParsedSpec) -> list[Obj]:
+    """Static membership: the pod's name is the worker's ``group_instance_id`` (the worker reads
+    ``KAFLEET_*`` variables over its file), unique per pod and kept across container restarts."""
+    if not parsed.fleet.static_membership:
+        return []
+    return [
+        {
+            "name": "KAFLEET_GROUP_INSTANCE_ID",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+        }
+    ]
+
+
 RESTRICTED = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
@@ -127,8 +141,8 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
         "name": "worker",
         "image": fleet.image,
         "args": ["kafleet", "worker", "--config", f"{CONFIG_DIR}/worker.yaml"],
-        "env": _secret_env(parsed),
-        "resources": copy.deepcopy(fleet.resources),
+        "env": _secret_env(parsed) + _member_env(parsed),
+        "resources": {k: v for k, v in fleet.resources.model_dump().items() if v},
         "securityContext": copy.deepcopy(RESTRICTED),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},

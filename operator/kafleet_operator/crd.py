@@ -18,10 +18,11 @@ from typing import Any
 import yaml
 
 from kafleet.config import ConsumerConfig
-from kafleet_operator.spec import OPERATOR_OWNED, FleetSettings
+from kafleet_operator.spec import OPERATOR_OWNED, PER_POD, PER_POD_REASON, FleetSettings
 
 GROUP, VERSION, PLURAL, KIND = "kafleet.io", "v1alpha1", "consumergroups", "ConsumerGroup"
 DROP_KEYS = {"title", "format", "discriminator"}
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
 
 RULES = [
     {
@@ -42,6 +43,24 @@ RULES = [
         "message": "autoscaling.min_replicas must not exceed autoscaling.max_replicas",
         "fieldPath": ".autoscaling.min_replicas",
     },
+    {
+        "rule": "!has(self.guarantee) || self.guarantee != 'exactly-once' || has(self.spark)",
+        "message": "guarantee exactly-once needs spark with spark.table: the Delta table that "
+        "stores the offsets with the output",
+        "fieldPath": ".guarantee",
+    },
+    {
+        "rule": "!has(self.guarantee) || self.guarantee != 'exactly-once' || !has(self.spark) || "
+        "has(self.spark.table)",
+        "message": "guarantee exactly-once needs spark.table, with spark.job too: the worker "
+        "resumes from that Delta table's log",
+        "fieldPath": ".spark.table",
+    },
+    {
+        "rule": f"!has(self.{PER_POD})",
+        "message": f"{PER_POD}: {PER_POD_REASON}",
+        "fieldPath": f".{PER_POD}",
+    },
 ]
 
 STATUS = {
@@ -59,6 +78,15 @@ STATUS = {
         "maxPollRecords": {"type": "integer"},
         "lastScaleTime": {"type": "string"},
         "lastScaleReason": {"type": "string"},
+        "applyFailure": {
+            "type": "object",
+            "nullable": True,
+            "description": "the API server's refusal of a generation's objects",
+            "properties": {
+                "generation": {"type": "integer", "format": "int64"},
+                "message": {"type": "string"},
+            },
+        },
         "conditions": {
             "type": "array",
             "items": {
@@ -109,10 +137,14 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         options = [o for o in node["anyOf"] if o.get("type") != "null"]
         nullable = len(options) < len(node["anyOf"])
         rest = {k: v for k, v in node.items() if k != "anyOf"}
+        kinds = {o.get("type") for o in options}
         if len(options) == 1:
             single: dict[str, Any] = _structural({**options[0], **rest}, defs)
-        else:  # a union of scalars (librdkafka values): any of them
+        elif kinds == {"integer", "string"}:  # as Kubernetes' own quantities: pattern kept
             single = {**_structural(rest, defs), "x-kubernetes-int-or-string": True}
+        else:  # a union of other scalars (librdkafka values): a schema cannot say which
+            single = {**_structural(rest, defs), PRESERVE: True}
+        if len(options) > 1:
             single.pop("type", None)
         if nullable:
             single["nullable"] = True
@@ -135,9 +167,9 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         out.pop("additionalProperties", None)
     if out.get("type") == "object" and "properties" not in out:
         values = out.get("additionalProperties")
-        if not isinstance(values, dict) or not values or "x-kubernetes-int-or-string" in values:
+        if not isinstance(values, dict) or not values or values.get(PRESERVE):
             out.pop("additionalProperties", None)
-            out["x-kubernetes-preserve-unknown-fields"] = True
+            out[PRESERVE] = True
     return out
 
 

@@ -1,8 +1,9 @@
 """The ``ConsumerGroup`` resource's spec: the worker's configuration plus how to run the fleet.
 
 Owns: the fields the operator adds to the worker's own (``image``, ``replicas``,
-``autoscaling``, ``tuning``, ``resources``, ``pod_template``, and ``security`` with every secret
-taken from a Kubernetes Secret, never inlined), and ``parse_spec``, which validates a spec
+``autoscaling``, ``tuning``, ``resources`` as Kubernetes quantities, ``pod_template``,
+``static_membership``, and ``security`` with every secret taken from a Kubernetes Secret,
+never inlined), and ``parse_spec``, which validates a spec
 into those settings and a ``kafleet.ConsumerConfig``. The worker's fields keep their names
 (``max_poll_records``, ``queue.max_records``, ``spark.table``, ...): a spec, a worker's YAML
 file and ``kafleet worker``'s flags say the same thing the same way. The CRD's schema is made
@@ -13,11 +14,21 @@ Does not own building Kubernetes objects (``builders.py``) or any I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 
 from kafleet.config import ConsumerConfig, config_error
 from kafleet.errors import ConfigError, FieldProblem
@@ -27,6 +38,32 @@ _Strict = ConfigDict(frozen=True, extra="forbid")
 # Worker fields the operator sets itself: the state file lives on the pod's shared volume.
 OPERATOR_OWNED = ("state_file", "state_interval_ms", "security")
 STATE_FILE = "/var/run/kafleet/state.json"
+# A worker field the operator sets per pod, from the pod's name (``static_membership``).
+PER_POD = "group_instance_id"
+PER_POD_REASON = (
+    "set per pod by the operator from the pod's name (static_membership); one id shared by "
+    "several replicas would fence all but one: leave it out"
+)
+
+# Kubernetes' own syntax of a resource quantity (k8s.io/apimachinery, resource.Quantity).
+QUANTITY = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+
+def _quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not re.fullmatch(QUANTITY, value):
+        raise ValueError("not a Kubernetes quantity (like 500m, 2, 1.5Gi, 512Mi)")
+    return value
+
+
+# As Kubernetes' own schema says it: an integer or a string of that syntax.
+Quantity = Annotated[
+    StrictInt | str,
+    AfterValidator(_quantity),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": QUANTITY}),
+]
 
 
 class SecretKeyRef(BaseModel):
@@ -109,6 +146,19 @@ class Tuning(BaseModel):
         return self
 
 
+class Resources(BaseModel):
+    """The worker container's requests and limits, checked here, not by a failing apply."""
+
+    model_config = _Strict
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, description="cpu, memory, ...: what the scheduler reserves"
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict, description="cpu, memory, ...: the most the container may use"
+    )
+
+
 class FleetSettings(BaseModel):
     """What the operator needs besides the worker's configuration."""
 
@@ -120,8 +170,16 @@ class FleetSettings(BaseModel):
     autoscaling: Autoscaling | None = None
     tuning: Tuning = Field(default_factory=Tuning)
     security: KafkaSecurity = Field(default_factory=KafkaSecurity)
-    resources: dict[str, dict[str, str]] = Field(
-        default_factory=dict, description="the worker container's requests and limits"
+    resources: Resources = Field(
+        default_factory=Resources, description="the worker container's requests and limits"
+    )
+    static_membership: bool = Field(
+        True,
+        description="each pod joins as a static member (KIP-345) with its name as "
+        "group_instance_id, so a worker restarted in its pod (its liveness probe) rejoins "
+        "with its partitions and no rebalance; but a pod that goes for good (a scale-down, a "
+        "rolling update) keeps its partitions, unconsumed, until session_timeout_ms passes "
+        "(classic; the broker's group.consumer.session.timeout.ms with consumer)",
     )
     pod_template: dict[str, Any] = Field(
         default_factory=dict,
@@ -163,7 +221,9 @@ def parse_spec(spec: Mapping[str, Any]) -> ParsedSpec:
     for owned in OPERATOR_OWNED:
         if owned in worker_part and owned != "security":
             problems.append(FieldProblem(owned, "set by the operator; leave it out"))
-    worker_part = {k: v for k, v in worker_part.items() if k not in OPERATOR_OWNED}
+    if worker_part.get(PER_POD) is not None:
+        problems.append(FieldProblem(PER_POD, PER_POD_REASON))
+    worker_part = {k: v for k, v in worker_part.items() if k not in OPERATOR_OWNED and k != PER_POD}
     try:
         worker = ConsumerConfig.model_validate(worker_part)
     except ValidationError as exc:

@@ -65,12 +65,10 @@ def test_the_deployment_runs_worker_and_sidecar_restricted_with_probes_and_a_dra
         assert context["capabilities"] == {"drop": ["ALL"]}
         assert not context["allowPrivilegeEscalation"]
     assert pod["terminationGracePeriodSeconds"] > parsed.worker.shutdown_grace_s
-    assert worker["env"] == [
-        {
-            "name": "KAFLEET_SECURITY__SASL_PASSWORD",
-            "valueFrom": {"secretKeyRef": {"name": "billing-kafka", "key": "password"}},
-        }
-    ]
+    assert {
+        "name": "KAFLEET_SECURITY__SASL_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "billing-kafka", "key": "password"}},
+    } in worker["env"]
     assert deployment["metadata"]["ownerReferences"][0]["uid"] == "u-1"
 
 
@@ -120,3 +118,110 @@ def test_a_spec_the_schema_cannot_catch_is_refused_naming_the_field(
         parse_spec({**example_spec(), **change})
 
     assert field in caught.value.fields
+
+
+POD_NAME = {
+    "name": "KAFLEET_GROUP_INSTANCE_ID",
+    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+}
+
+
+def test_each_pod_joins_its_group_as_a_static_member_named_after_the_pod() -> None:
+    parsed = parse_spec(example_spec())
+
+    worker, sidecar = builders.deployment(OWNER, parsed, 2)["spec"]["template"]["spec"][
+        "containers"
+    ]
+
+    assert parsed.fleet.static_membership  # the default
+    assert POD_NAME in worker["env"]
+    assert "env" not in sidecar
+
+
+def test_without_static_membership_members_are_dynamic() -> None:
+    parsed = parse_spec({**example_spec(), "static_membership": False})
+
+    worker = builders.deployment(OWNER, parsed, 2)["spec"]["template"]["spec"]["containers"][0]
+
+    assert POD_NAME not in worker["env"]
+    assert all(var["name"] != "KAFLEET_GROUP_INSTANCE_ID" for var in worker["env"])
+
+
+def test_the_worker_reads_the_pods_name_as_its_group_instance_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kafleet.config import load_config
+
+    parsed = parse_spec(example_spec())
+    file = tmp_path / "worker.yaml"
+    file.write_text(builders.config_map(OWNER, parsed)["data"]["worker.yaml"])
+    monkeypatch.setenv("KAFLEET_GROUP_INSTANCE_ID", "billing-7d9f8c6b5-x2x7q")  # the fieldRef
+    monkeypatch.setenv("KAFLEET_SECURITY__SASL_PASSWORD", "from-the-secret")  # the secretKeyRef
+
+    config = load_config(file)
+
+    assert config.group_instance_id == "billing-7d9f8c6b5-x2x7q"
+    assert config.librdkafka()["group.instance.id"] == "billing-7d9f8c6b5-x2x7q"
+
+
+def test_a_group_instance_id_in_the_spec_is_refused_pointing_at_static_membership() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_spec({**example_spec(), "group_instance_id": "billing-1"})
+
+    assert caught.value.fields == ("group_instance_id",)
+    assert "static_membership" in str(caught.value)
+
+
+QUANTITIES = ["500m", "2", 2, "1.5Gi", "512Mi", "129e6", "1E3", "+1", ".5", "0", "100k"]
+NOT_QUANTITIES = ["lots", "1.5 Gi", "2 cores", "1GB", "", "Mi", "0.5.1", 0.5, True]
+
+
+@pytest.mark.parametrize("value", QUANTITIES)
+def test_resources_take_what_kubernetes_calls_a_quantity(value: object) -> None:
+    spec = {**example_spec(), "resources": {"requests": {"cpu": value}, "limits": {"cpu": value}}}
+
+    worker = builders.deployment(OWNER, parse_spec(spec), 1)["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+
+    assert worker["resources"] == {"requests": {"cpu": value}, "limits": {"cpu": value}}
+
+
+@pytest.mark.parametrize("value", NOT_QUANTITIES)
+def test_a_resource_that_is_not_a_quantity_is_refused_naming_the_field(value: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_spec({**example_spec(), "resources": {"limits": {"cpu": value}}})
+
+    assert any(field.startswith("resources.limits.cpu") for field in caught.value.fields)
+
+
+def test_resources_other_than_requests_and_limits_are_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_spec({**example_spec(), "resources": {"limit": {"cpu": "1"}}})
+
+    assert caught.value.fields == ("resources.limit",)
+
+
+# Issue 11's four malformed ConsumerGroups: each is refused naming a field by the model the CRD,
+# the operator and the worker share (the API server's refusal is in test_reconcile.py).
+ISSUE_11 = [
+    ({"guarantee": "exactly-once"}, ("guarantee", "spark", "spark.table")),
+    (
+        {"guarantee": "exactly-once", "spark": {"job": "jobs:write"}},
+        ("guarantee", "spark.table"),
+    ),
+    ({"handler": "bill"}, ("handler",)),
+    ({"resources": {"limits": {"cpu": "lots"}}}, ("resources.limits.cpu",)),
+]
+
+
+@pytest.mark.parametrize(("change", "fields"), ISSUE_11)
+def test_the_malformed_specs_of_issue_11_are_refused_naming_the_field(
+    change: dict[str, Any], fields: tuple[str, ...]
+) -> None:
+    spec = {k: v for k, v in example_spec().items() if k != "spark"}
+
+    with pytest.raises(ConfigError) as caught:
+        parse_spec({**spec, **change})
+
+    assert set(caught.value.fields) & set(fields), caught.value

@@ -1,0 +1,114 @@
+"""The operator's edge to the Kubernetes API: one client, and the few writes it makes.
+
+Owns: the one API client (in-cluster, else the kubeconfig), server-side apply with the
+operator's field manager, merge-patching a ConsumerGroup's ``status`` subresource, posting an
+Event about a ConsumerGroup, and reading the API server's own message out of a failed call
+(what a condition should carry, not an HTTP dump).
+
+Does not own what is applied (``builders.py``) or decided (``handlers.py``, ``conditions.py``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.dynamic import DynamicClient
+
+from kafleet_operator.crd import GROUP, PLURAL, VERSION
+
+log = logging.getLogger("kafleet.operator")
+FIELD_MANAGER = "kafleet-operator"
+_api: DynamicClient | None = None
+_client: k8s.ApiClient | None = None
+
+
+def client() -> k8s.ApiClient:
+    """The operator's one API client: in-cluster, else the kubeconfig. Every call goes through
+    it, not through whatever configuration kopf's login left in the library's globals."""
+    global _client
+    if _client is None:
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_incluster_config(configuration)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        _client = k8s.ApiClient(configuration)
+    return _client
+
+
+def api() -> DynamicClient:
+    global _api
+    if _api is None:
+        _api = DynamicClient(client())  # type: ignore[no-untyped-call]
+    return _api
+
+
+def apply(obj: dict[str, Any]) -> dict[str, Any]:
+    """Server-side apply; a refusal raises ``ApiException`` (``api_message`` reads it)."""
+    resource = api().resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    result = resource.server_side_apply(
+        body=obj,
+        name=obj["metadata"]["name"],
+        namespace=obj["metadata"]["namespace"],
+        field_manager=FIELD_MANAGER,
+        force_conflicts=True,
+    )
+    return dict(result.to_dict())
+
+
+def api_message(exc: k8s.ApiException) -> str:
+    """What the API server said (its Status ``message``), else the HTTP status and reason."""
+    try:
+        status = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        status = None
+    if isinstance(status, dict) and status.get("message"):
+        return str(status["message"])
+    return f"{exc.status} {exc.reason}".strip()
+
+
+def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+    """A JSON merge patch of the ConsumerGroup's status (``None`` values remove fields)."""
+    meta = body["metadata"]
+    k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        meta["namespace"],
+        PLURAL,
+        meta["name"],
+        {"status": dict(status)},
+        _content_type="application/merge-patch+json",
+    )
+
+
+def post_event(body: Mapping[str, Any], reason: str, message: str) -> None:
+    """A Normal Event on the ConsumerGroup; a failure to post is logged, never raised."""
+    meta = body["metadata"]
+    now = datetime.datetime.now(datetime.UTC)
+    event = k8s.CoreV1Event(
+        metadata=k8s.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+        involved_object=k8s.V1ObjectReference(
+            api_version=body.get("apiVersion", f"{GROUP}/{VERSION}"),
+            kind=body.get("kind", "ConsumerGroup"),
+            name=meta["name"],
+            namespace=meta["namespace"],
+            uid=meta.get("uid"),
+        ),
+        reason=reason,
+        message=message[:1024],
+        type="Normal",
+        source=k8s.V1EventSource(component=FIELD_MANAGER),
+        first_timestamp=now,
+        last_timestamp=now,
+        count=1,
+    )
+    try:
+        k8s.CoreV1Api(client()).create_namespaced_event(meta["namespace"], event)
+    except k8s.ApiException as exc:
+        log.warning("%s/%s: event %s not posted: %s", meta["namespace"], meta["name"], reason, exc)
