@@ -133,6 +133,7 @@ class SparkSink:
         self._created = threading.Event()
         self._declared: pa.Schema | None = None
         self._inferred: dict[tuple[str, int], pa.Schema] = {}
+        self._txn_log: delta_log.TransactionLog | None = None  # kept between assignments
         self.where = settings.remote or settings.master
 
     # -- the session ------------------------------------------------------------------------
@@ -324,14 +325,15 @@ class SparkSink:
     # -- exactly-once (OffsetStore) -------------------------------------------------------
 
     def stored_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """For each partition, the offset after the last batch the table holds."""
+        """For each partition, the offset after the last batch the table holds. The table's
+        log is read from its last checkpoint the first time, then only its newer commits."""
         if not partitions or self.settings.table is None:
             return {}
         wanted = {txn_app_id(self.group_id, t, p): (t, p) for t, p in partitions}
+        if self._txn_log is None:
+            self._txn_log = delta_log.TransactionLog(self.settings.table, f"{self.group_id}/")
         try:
-            versions = delta_log.transaction_versions(
-                self.session(), self.settings.table, list(wanted)
-            )
+            versions = self._txn_log.versions(self.session(), wanted)
         except SinkError:
             raise
         except Exception:
