@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from kafleet.config import ConsumerConfig
 from kafleet.errors import KafkaClientError
+from kafleet.intake import Intake
 from kafleet.offsets import OffsetTracker
 from kafleet.record import Record
 from kafleet.state import Stats
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 # latency (a record that started just before the revoke ends within one p99), and at least.
 REVOKE_WAIT_P99S = 3.0
 REVOKE_WAIT_FLOOR_S = 0.1
+MAX_FETCH = 10_000  # records read from the client in one poll at most
 
 
 class OffsetStore(Protocol):
@@ -94,6 +96,7 @@ class Poller:
         # From librdkafka's statistics: per partition, the log-end offset and fetch position.
         self.log_ends: dict[TP, tuple[int, int]] = {}
         self._commit_sent_at: float | None = None
+        self.intake = Intake()  # fetched, not yet handed over: the fair take (KIP-41)
         self._handler_p99 = handler_p99
         # At most once: a poll's records wait here, their partitions paused, until a commit
         # covering them is acknowledged; no handler runs before that.
@@ -163,29 +166,37 @@ class Poller:
         if self._unacknowledged:  # at most once: retry the commit the waiting records need
             self._release_acknowledged()
         headroom = min(self.max_poll_records, self.config.queue.max_records // 2)
-        pause, resume = self.queues.transitions(headroom)
+        pause, resume = self.queues.transitions(headroom, self.intake.counts())
         if not self._closing:
             self._pause(pause)
             self._resume(resume)
-        want = self.queues.poll_capacity(self.max_poll_records)
         timeout = self.config.poll_interval_ms / 1000
+        rooms = self.queues.rooms()
         if self._closing:  # everything is paused: poll only to stay in the group
             messages = self._consumer.consume(num_messages=1, timeout=timeout)
-        elif want == 0:  # a queue is full and about to be paused: nothing may be taken now
-            messages = []
-            time.sleep(timeout)
         else:
-            # consume(n, t) waits until it has n messages or t passed; take what is there now,
-            # and when nothing is, wait for the first record only, not for a full batch.
+            # Read past a hot partition's batch at the head of the client's queue, so that the
+            # fair take below sees every partition's records: whatever the client holds, within
+            # the room the unpaused queues have left (what waits counts towards the pause, so
+            # a partition never holds more than its bound and one fetch). consume(n, t) waits
+            # until it has n messages or t passed: take what is there now, and when nothing
+            # is, wait for the first record only, not for a full batch.
+            want = self._fetch_size(rooms)
             messages = self._consumer.consume(num_messages=want, timeout=0)
             if not messages:
                 messages = self._consumer.consume(num_messages=1, timeout=timeout)
         self.stats.polled()
         if messages:
-            self._hand_over(messages)
+            self.intake.stage(self._records(messages))
+        if len(self.intake) and not self._closing and not self._unacknowledged:
+            self._hand_over(self.intake.take(self.max_poll_records, self.queues.rooms()))
         self._maybe_commit()
 
-    def _hand_over(self, messages: list[Message]) -> None:
+    def _fetch_size(self, rooms: dict[TP, int]) -> int:
+        room = sum(r for tp, r in rooms.items() if not self.queues.is_paused(tp))
+        return max(1, min(MAX_FETCH, room - len(self.intake)))
+
+    def _records(self, messages: list[Message]) -> list[Record]:
         records = []
         for msg in messages:
             err = msg.error()
@@ -195,6 +206,11 @@ class Poller:
             record = Record.from_message(msg)
             if record.tp in self._assigned:
                 records.append(record)
+        return records
+
+    def _hand_over(self, records: list[Record]) -> None:
+        if not records:
+            return
         records = self._rewind_where_offsets_went_back(records)
         self.offsets.add_many([(record.tp, record.offset) for record in records])
         if self.config.guarantee == "at-most-once" and records:
@@ -466,6 +482,7 @@ class Poller:
         log.warning("lost %s; nothing committed for them", tps)
 
     def _forget(self, tps: list[TP]) -> None:
+        self.intake.drop(tps)
         # Resume what kafleet paused: the client keeps the pause flag across unassign and a
         # later assign (see _on_assign), which must not depend on this alone.
         paused = [TopicPartition(t, p) for t, p in tps if self.queues.is_paused((t, p))]

@@ -13,23 +13,27 @@ Thread-safe. Does not own running handlers (``executor.py``) or offsets (``offse
 Results a sink has not written yet are *held* against their partition's bounds (``hold``,
 ``unhold``), so a slow sink fills the queues and pauses partitions instead of growing memory.
 
-The record bound is strict: the Poller asks :meth:`WorkQueues.poll_capacity` how many records
-it may take in one poll, which is at most the room left in the fullest unpaused queue, so no
-queue ever holds more than ``max_records``. The byte bound may be passed by one poll's records.
+The record bound is strict: the Poller asks :meth:`WorkQueues.rooms` how many records each
+queue may still take, and hands none more, so no queue ever holds more than ``max_records``
+(or, with ``queue.max_seconds``, what the partition handles in that many seconds at its
+measured rate). The byte bound may be passed by one poll's records.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kafleet.config import Ordering, QueueBounds
 from kafleet.record import Record
 
 TP = tuple[str, int]
+MIN_RECORD_BOUND = 10  # queue.max_seconds never bounds a partition below this many records
+RATE_WINDOW_S = 1.0  # queue.max_seconds: the window of one rate measurement
 LaneKey = tuple[str, int, bytes | None] | tuple[str, int]
 
 
@@ -60,6 +64,9 @@ class _Partition:
     lanes: dict[LaneKey, _Lane] = field(default_factory=dict)
     ready: deque[_Lane] = field(default_factory=deque)  # lanes with a record that may run
     in_ready: bool = False  # in WorkQueues._ready
+    completed: int = 0  # records finished since rate_since (for queue.max_seconds)
+    rate_since: float = field(default_factory=time.monotonic)
+    rate: float | None = None  # records a second, measured (None: not yet)
     # In-flight offset -> (start time, the record taken). A completion counts only if it is
     # the very record taken from this assignment of the partition: after a revoke and a new
     # assignment the same offset may run again, and the old run must not finish the new one.
@@ -151,27 +158,39 @@ class WorkQueues:
             lane = part.lanes[key] = _Lane(key, limit)
         return lane
 
-    def poll_capacity(self, max_poll_records: int) -> int:
-        """How many records the next poll may take without overfilling an unpaused queue."""
+    def rooms(self) -> dict[TP, int]:
+        """Per open partition, how many more records its queue may take now (the strict
+        record bound: a poll hands a partition no more than this)."""
         with self._lock:
-            room = [
-                self.bounds.max_records - p.queued - p.held
-                for p in self._partitions.values()
-                if not p.paused and not p.closed
-            ]
-        return max(0, min([max_poll_records, *room]))
+            return {
+                tp: max(0, self._max_records(p) - p.queued - p.held)
+                for tp, p in self._partitions.items()
+                if not p.closed
+            }
 
-    def transitions(self, headroom: int = 0) -> tuple[list[TP], list[TP]]:
+    def _max_records(self, p: _Partition) -> int:
+        """The partition's record bound: ``max_records``, or with ``max_seconds`` what it
+        handles in that long at its measured rate (at least MIN_RECORD_BOUND)."""
+        seconds = self.bounds.max_seconds
+        if seconds is None or p.rate is None:
+            return self.bounds.max_records
+        wanted = max(MIN_RECORD_BOUND, math.ceil(p.rate * seconds))
+        return min(self.bounds.max_records, wanted)
+
+    def transitions(
+        self, headroom: int = 0, staged: Mapping[TP, tuple[int, int]] | None = None
+    ) -> tuple[list[TP], list[TP]]:
         """Partitions to pause (a bound reached) and to resume (both under the low mark).
 
         ``headroom`` (the Poller passes what one poll may bring, up to half the bound) moves
         the high mark down: a queue is paused while it can still take a whole poll, so the
-        fullest unpaused queue never shrinks every poll to a trickle.
+        fullest unpaused queue never shrinks every poll to a trickle. ``staged`` (records and
+        bytes per partition fetched and not yet handed over: ``intake.py``) count too.
         """
         pause, resume = [], []
-        high_records = self.bounds.max_records - min(headroom, self.bounds.max_records // 2)
-        low_records = high_records * self.bounds.resume_at
+        staged = staged or {}
         low_bytes = self.bounds.max_bytes * self.bounds.resume_at
+        now = time.monotonic()
         with self._lock:
             for tp, p in self._partitions.items():
                 if p.stopped_reason is not None and not p.paused:
@@ -179,7 +198,13 @@ class WorkQueues:
                     pause.append(tp)
                 if p.closed:
                     continue
-                records, size = p.queued + p.held, p.queued_bytes + p.held_bytes
+                self._measure_rate(p, now)
+                bound = self._max_records(p)
+                high_records = bound - min(headroom, bound // 2)
+                low_records = high_records * self.bounds.resume_at
+                waiting, waiting_bytes = staged.get(tp, (0, 0))
+                records = p.queued + p.held + waiting
+                size = p.queued_bytes + p.held_bytes + waiting_bytes
                 full = records >= high_records or size >= self.bounds.max_bytes
                 if not p.paused and full:
                     p.paused = True
@@ -188,6 +213,19 @@ class WorkQueues:
                     p.paused = False
                     resume.append(tp)
         return pause, resume
+
+    def _measure_rate(self, p: _Partition, now: float) -> None:
+        """With ``max_seconds``: the partition's handling rate, a moving average over windows
+        of RATE_WINDOW_S (counted while it had work; an idle partition keeps its rate)."""
+        if self.bounds.max_seconds is None:
+            return
+        elapsed = now - p.rate_since
+        if elapsed < RATE_WINDOW_S:
+            return
+        if p.completed or p.queued:
+            sample = p.completed / elapsed
+            p.rate = sample if p.rate is None else p.rate + (sample - p.rate) * 0.5
+        p.completed, p.rate_since = 0, now
 
     # -- the Executor's side ---------------------------------------------------------------
 
@@ -315,6 +353,7 @@ class WorkQueues:
     def _completed_locked(self, record: Record) -> None:
         part = self._partitions[record.tp]
         part.in_flight -= 1
+        part.completed += 1
         del part.started[record.offset]
         key: LaneKey = (
             (record.topic, record.partition, record.key) if self.ordering == "key" else record.tp
@@ -397,6 +436,7 @@ class WorkQueues:
                     "in_flight": p.in_flight,
                     "held": p.held,
                     "paused": p.paused,
+                    "queue_bound": self._max_records(p),
                     "stopped": p.stopped_reason,
                     "revoking": p.closed and p.stopped_reason is None,
                     "oldest_in_flight_s": (

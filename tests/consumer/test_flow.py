@@ -125,11 +125,16 @@ def test_back_pressure_keeps_every_queue_within_its_bound_and_pauses_then_resume
         sampling = False
         sampler.join()
 
+    # The Poller resumes a drained partition at its next poll, not at the last record's end.
+    wait_until(
+        lambda: not any(p["paused"] for p in consumer.snapshot()["partitions"].values()),
+        5,
+        "every partition resumed once drained",
+    )
     snapshot = consumer.snapshot()
     assert 0 < deepest <= 20
     assert snapshot["pauses"] >= 2
     assert snapshot["resumes"] >= 2
-    assert not any(p["paused"] for p in snapshot["partitions"].values())
     assert set(journal.numbers().values()) == {1}
 
 

@@ -61,10 +61,20 @@ class FakeConsumer:
         self.paused: set[tuple[str, int]] = set()
 
     def deliver(self, partition: int, offsets: range) -> None:
+        """Queue records in the client's queue; consume() returns them in that order, no
+        more than it is asked for, and at most what was delivered before it."""
         self.deliveries.append([FakeMessage(partition, o) for o in offsets])
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
-        return self.deliveries.pop(0) if self.deliveries else []
+        batch: list[FakeMessage] = []
+        while self.deliveries and len(batch) < num_messages:
+            head = self.deliveries[0]
+            count = num_messages - len(batch)
+            batch += head[:count]
+            del head[:count]
+            if not head:
+                self.deliveries.pop(0)
+        return batch
 
     def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> Any:
         if asynchronous:  # its outcome would come through on_commit: not under test here
@@ -82,7 +92,9 @@ class FakeConsumer:
         self.paused -= {(tp.topic, tp.partition) for tp in partitions}
 
 
-def poller(guarantee: str, consumer: FakeConsumer) -> tuple[Poller, WorkQueues, Stats]:
+def poller(
+    guarantee: str, consumer: FakeConsumer, max_poll_records: int = 500
+) -> tuple[Poller, WorkQueues, Stats]:
     config = load_config(
         None,
         {
@@ -90,6 +102,7 @@ def poller(guarantee: str, consumer: FakeConsumer) -> tuple[Poller, WorkQueues, 
             "group_id": "g",
             "topics": ["t"],
             "guarantee": guarantee,
+            "max_poll_records": max_poll_records,
             "poll_interval_ms": 1,
             "commit_interval_ms": 600_000,  # no periodic commit: only the ones under test
         },
@@ -97,12 +110,12 @@ def poller(guarantee: str, consumer: FakeConsumer) -> tuple[Poller, WorkQueues, 
     queues, stats = WorkQueues(config.queue, config.ordering, 4), Stats()
     p = Poller(config, queues, OffsetTracker(), stats, consumer_factory=lambda _: consumer)  # type: ignore[arg-type,return-value]
     p._consumer = consumer  # type: ignore[assignment]
-    p._on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    p._on_assign(consumer, [TopicPartition("t", n) for n in range(4)])  # type: ignore[arg-type]
     return p, queues, stats
 
 
-def queued(queues: WorkQueues) -> int:
-    return int(queues.snapshot()[TP0]["queued"])  # type: ignore[call-overload]
+def queued(queues: WorkQueues, tp: tuple[str, int] = TP0) -> int:
+    return int(queues.snapshot()[tp]["queued"])  # type: ignore[call-overload]
 
 
 def test_at_most_once_hands_no_record_over_until_a_commit_covering_it_is_acknowledged() -> None:
@@ -153,3 +166,15 @@ def test_an_offset_that_goes_back_restarts_the_partitions_tracking(guarantee: st
     assert [r.offset for r in first] == [40]
     # What may be committed starts again at 40 (at most once, the records are done on intake).
     assert p.offsets.handled(TP0) == (40 if guarantee == "at-least-once" else 45)
+
+
+def test_a_poll_takes_its_records_fairly_from_a_hot_partition_and_cold_ones() -> None:
+    consumer = FakeConsumer()
+    p, queues, _ = poller("at-least-once", consumer, max_poll_records=20)
+    consumer.deliver(0, range(1_000))  # the hot partition's batch is ahead in the client
+    for partition in (1, 2, 3):
+        consumer.deliver(partition, range(50))
+
+    p._poll_once()
+
+    assert [queued(queues, ("t", n)) for n in range(4)] == [5, 5, 5, 5]

@@ -3,6 +3,11 @@ when to pause and resume."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
+from kafleet import work_queue
 from kafleet.config import QueueBounds
 from kafleet.record import Record
 from kafleet.work_queue import WorkQueues
@@ -107,15 +112,40 @@ def test_a_partition_is_paused_at_its_byte_bound() -> None:
     assert q.transitions() == ([("t", 1)], [])
 
 
-def test_a_poll_never_takes_more_than_the_fullest_unpaused_queue_can_hold() -> None:
+def test_each_queue_says_how_many_more_records_it_may_take() -> None:
     q = queues("partition", max_records=10)
     q.push([rec(0, i) for i in range(7)])
 
-    assert q.poll_capacity(500) == 3
+    assert q.rooms() == {("t", 0): 3, ("t", 1): 10, ("t", 2): 10, ("t", 3): 10}
     q.push([rec(0, 7), rec(0, 8), rec(0, 9)])
-    q.transitions()  # partition 0 is now paused, so it no longer limits the poll
-    assert q.poll_capacity(500) == 10
-    assert q.poll_capacity(4) == 4
+    assert q.rooms()[("t", 0)] == 0
+
+
+def test_records_fetched_and_not_yet_handed_over_count_towards_the_pause() -> None:
+    q = queues("partition", max_records=10)
+    q.push([rec(0, i) for i in range(4)])
+
+    assert q.transitions(staged={("t", 0): (6, 60)}) == ([("t", 0)], [])
+
+
+def test_a_bound_in_seconds_of_work_follows_the_measured_rate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    q = queues("partition", max_records=1000, max_seconds=2.0)
+    assert q.rooms()[("t", 0)] == 1000  # no rate measured yet: the record bound
+    q.push([rec(0, i) for i in range(100)])
+    clock = [time.monotonic()]
+    monkeypatch.setattr(work_queue.time, "monotonic", lambda: clock[0])
+    q.transitions()  # the window starts
+    for _ in range(50):  # 50 records handled in 2 s: 25 a second
+        finish(q, take_one(q))
+    clock[0] += 2.0
+
+    pause, _ = q.transitions()
+
+    assert q.snapshot()[("t", 0)]["queue_bound"] == 50  # 2 s of work at 25 a second
+    assert q.rooms()[("t", 0)] == 0  # 50 still queued
+    assert pause == [("t", 0)]
 
 
 def test_closing_a_partition_drops_its_queue_and_dispatches_nothing_more_from_it() -> None:
