@@ -1,6 +1,7 @@
 """The test bed: fixtures that give every test real components, started by the project itself.
 
-Owns: one Kafka broker per test session (``kafka_broker``, ``kafka``), factories for topics and
+Owns: one Kafka broker per test session (``kafka_broker``, ``kafka``; ``kafka_sasl`` is its
+SASL/SCRAM listener), factories for topics and
 consumer groups with unique names, a fast producer of numbered records; one Kubernetes control
 plane per session (``k8s``: kubeconfig, API client, kubectl) with a fresh ``namespace`` per
 test; and the report of a failed test (the broker's log path and its last lines).
@@ -70,6 +71,13 @@ def kafka_broker() -> Iterator[kafka_infra.KafkaBroker]:
 def kafka(kafka_broker: kafka_infra.KafkaBroker) -> str:
     """The bootstrap address (``host:port``) of the session's broker."""
     return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl(kafka_broker: kafka_infra.KafkaBroker) -> kafka_infra.SaslListener:
+    """The same broker's SASL_PLAINTEXT listener (SCRAM-SHA-512 and -256): ``.bootstrap``,
+    ``.username``, ``.password``, and ``.properties()`` for a client that authenticates."""
+    return kafka_broker.sasl
 
 
 @pytest.fixture(scope="session")

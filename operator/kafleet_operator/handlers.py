@@ -2,11 +2,17 @@
 
 Owns: kopf's settings (one startup handler), the level-based reconcile on create, update and
 resume (parse the spec, server-side apply the ConfigMap, Deployment and Service the builders
-make, report the outcome as status conditions), and one timer per resource that reads the
-group's lag from Kafka, its pods' readiness from the Deployment and its handlers' figures from
-the sidecars, then scales (``scaling.py``) and tunes (``tuning.py``), with an Event for every
-decision. Server-side apply with one field manager makes every pass idempotent: applying what
-is already there changes nothing, so a restarted operator leaves a right fleet alone.
+make; a refused apply is recorded with the API server's message), and the periodic pass over
+every group (``periodic.py`` runs it) that reads the group's lag from Kafka, its pods'
+readiness from the Deployment and its handlers' figures from the sidecars, writes the
+conditions (``conditions.py``), then scales (``scaling.py``) and tunes (``tuning.py``), with
+an Event for every decision. Server-side apply with one field manager makes every pass
+idempotent: applying what is already there changes nothing, so a restarted operator leaves a
+right fleet alone.
+
+No finalizer: nothing has to happen before a ConsumerGroup goes (owner references take its
+objects with it), and no handler asks kopf for one (no ``on.delete``, no timer or daemon), so
+a group is deleted at once even while the operator is down.
 
 Replicas: ``spec.replicas`` is the one source (the ``scale`` subresource writes it, so
 ``kubectl scale``, an HPA or KEDA work); internal autoscaling writes it the same way.
@@ -16,6 +22,8 @@ Does not own the objects' shape (``builders.py``) or the policies.
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
 import logging
 import os
@@ -23,33 +31,41 @@ import time
 import urllib.request
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import kopf
 from confluent_kafka import KafkaException
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.dynamic import DynamicClient
 
 from kafleet.errors import ConfigError
-from kafleet_operator import builders, scaling, tuning
+from kafleet_operator import (
+    builders,
+    conditions,
+    credentials,
+    lag_reader,
+    periodic,
+    scaling,
+    tuning,
+)
+from kafleet_operator.conditions import condition
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
-from kafleet_operator.lag_reader import read_lag, reader
+from kafleet_operator.kube import api_message, apply, client, patch_status, post_event
 from kafleet_operator.spec import ParsedSpec, parse_spec
 
 log = logging.getLogger("kafleet.operator")
-FIELD_MANAGER = "kafleet-operator"
 # `kafleet operator --interval-s` and `--sidecar-url` set these (before this module loads).
 INTERVAL_S = float(os.environ.get("KAFLEET_OPERATOR_INTERVAL_S", "5"))
 SIDECAR_URL = os.environ.get("KAFLEET_OPERATOR_SIDECAR_URL", "http://{pod_ip}:8080")
-_api: DynamicClient | None = None
-_client: k8s.ApiClient | None = None
+# A failed apply is retried after this many seconds, doubling up to the last (a 5xx only: a
+# refusal (4xx) waits for an edit of the spec, which runs the reconcile again at once).
+APPLY_BACKOFF_S = (5.0, 60.0)
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Everything kopf writes on resources is named under kafleet.io, not kopf.zalando.org.
-    settings.persistence.finalizer = "kafleet.io/finalizer"  # unused: owners' refs delete
+    # No handler needs a finalizer; kopf removes this one from groups an older operator marked.
+    settings.persistence.finalizer = "kafleet.io/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kafleet.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="kafleet.io", key="last-handled-configuration"
@@ -65,59 +81,28 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.INFO  # Events for what the operator decides
 
 
-def client() -> k8s.ApiClient:
-    """The operator's one API client: in-cluster, else the kubeconfig. Every call goes through
-    it, not through whatever configuration kopf's login left in the library's globals."""
-    global _client
-    if _client is None:
-        configuration = k8s.Configuration()
-        try:
-            k8s_config.load_incluster_config(configuration)  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        _client = k8s.ApiClient(configuration)
-    return _client
+@kopf.index(GROUP, VERSION, PLURAL)
+def groups(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every watched ConsumerGroup as last seen, for the periodic pass (gone when deleted)."""
+    meta = body.metadata
+    return {(meta["namespace"], meta["name"]): copy.deepcopy(dict(body))}
 
 
-def api() -> DynamicClient:
-    global _api
-    if _api is None:
-        _api = DynamicClient(client())  # type: ignore[no-untyped-call]
-    return _api
+@kopf.on.startup()
+async def start_observing(memo: kopf.Memo, **kwargs: Any) -> None:
+    pass_ = periodic.run(kwargs["groups"], observe_group, INTERVAL_S)  # the index above
+    memo["observing"] = asyncio.get_running_loop().create_task(pass_)
 
 
-def apply(obj: dict[str, Any]) -> dict[str, Any]:
-    resource = api().resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-    result = resource.server_side_apply(
-        body=obj,
-        name=obj["metadata"]["name"],
-        namespace=obj["metadata"]["namespace"],
-        field_manager=FIELD_MANAGER,
-        force_conflicts=True,
-    )
-    return dict(result.to_dict())
-
-
-def condition(kind: str, ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
-    return {
-        "type": kind,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+@kopf.on.cleanup()
+async def stop_observing(memo: kopf.Memo, **_: Any) -> None:
+    task = memo.get("observing")
+    if task is not None:
+        task.cancel()
 
 
 def _set_conditions(status: Mapping[str, Any], patch: kopf.Patch, *new: dict[str, Any]) -> None:
-    """Merge conditions by type, keeping a transition time when the status did not change."""
-    current = {c["type"]: c for c in status.get("conditions") or []}
-    for cond in new:
-        old = current.get(cond["type"])
-        if old and old.get("status") == cond["status"]:
-            cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime")}
-        current[cond["type"]] = cond
-    patch.status["conditions"] = [current[k] for k in sorted(current)]
+    patch.status["conditions"] = conditions.merged(status.get("conditions"), new)
 
 
 def _parse(body: kopf.Body, status: kopf.Status, patch: kopf.Patch) -> ParsedSpec | None:
@@ -126,13 +111,8 @@ def _parse(body: kopf.Body, status: kopf.Status, patch: kopf.Patch) -> ParsedSpe
         return parse_spec(dict(body.spec))
     except ConfigError as exc:
         message = "; ".join(str(p) for p in exc.problems)
-        _set_conditions(
-            status,
-            patch,
-            condition("Degraded", True, "InvalidSpec", message, generation),
-            condition("Ready", False, "InvalidSpec", message, generation),
-            condition("Progressing", False, "InvalidSpec", "fix the spec", generation),
-        )
+        facts = conditions.Facts(generation, invalid=message)
+        _set_conditions(status, patch, *conditions.judge(facts))
         patch.status["observedGeneration"] = generation
         return None
 
@@ -151,7 +131,9 @@ def effective_max_poll_records(parsed: ParsedSpec, status: Mapping[str, Any]) ->
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
+def reconcile(
+    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: int, **_: Any
+) -> None:
     parsed = _parse(body, status, patch)
     if parsed is None:
         return
@@ -159,20 +141,49 @@ def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, **_: Any)
     name = body.metadata["name"]
     generation = body.metadata.get("generation", 0)
     mpr = effective_max_poll_records(parsed, status)
-    apply(builders.config_map(owner, parsed, mpr))
-    deployment = apply(builders.deployment(owner, parsed, parsed.fleet.replicas))
-    apply(builders.service(owner))
+    try:
+        apply(builders.config_map(owner, parsed, mpr))
+        deployment = apply(builders.deployment(owner, parsed, parsed.fleet.replicas))
+        apply(builders.service(owner))
+    except k8s.ApiException as exc:
+        _refused(body, patch, exc, generation, retry)
+    patch.status["applyFailure"] = None
     patch.status["observedGeneration"] = generation
     patch.status["labelSelector"] = builders.selector(name)
     patch.status["maxPollRecords"] = mpr
     ready = (deployment.get("status") or {}).get("readyReplicas") or 0
-    # Conditions are the timer's to write (it reads the freshest status): a list written from
-    # this event's older copy of the status would drop what a timer pass set meanwhile.
+    # Conditions are the periodic pass's to write (it reads the freshest status): a list written
+    # from this event's older copy of the status would drop what a pass set meanwhile.
     patch.status["appliedGeneration"] = generation
     patch.status["readyReplicas"] = ready
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=INTERVAL_S, initial_delay=1.0)
+def _refused(
+    body: kopf.Body, patch: kopf.Patch, exc: k8s.ApiException, generation: int, retry: int
+) -> NoReturn:
+    """Record the API server's refusal for the periodic pass (it writes Degraded with the
+    message); then retry with backoff if the server failed, or wait for an edit if it judged
+    the objects wrong (an edit runs the reconcile again at once)."""
+    message = api_message(exc)
+    patch.status["applyFailure"] = {"generation": generation, "message": message}
+    patch.status["observedGeneration"] = generation
+    kopf.warn(body, reason="ApplyFailed", message=message)
+    status_code = exc.status or 0
+    if 400 <= status_code < 500 and status_code not in (408, 409, 429):
+        raise kopf.PermanentError(f"refused by the API server: {message}") from exc
+    first, most = APPLY_BACKOFF_S
+    raise kopf.TemporaryError(message, delay=min(most, first * 2**retry)) from exc
+
+
+def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
+    """One periodic pass over one group (``periodic.run`` calls it): observe, write status."""
+    body = kopf.Body(cast(kopf.RawBody, copy.deepcopy(dict(raw))))
+    patch = kopf.Patch()
+    observe(body, body.status, patch, memo)
+    if patch.get("status"):
+        patch_status(body, patch["status"])
+
+
 def observe(
     body: kopf.Body,
     status: kopf.Status,
@@ -180,48 +191,36 @@ def observe(
     memo: Any,
     **_: Any,
 ) -> None:
-    """Readiness from the Deployment, lag from Kafka; then scale and tune."""
+    """Readiness from the Deployment, lag from Kafka, the conditions; then scale and tune."""
     parsed = _parse(body, status, patch)
     if parsed is None:
         return
     name, namespace = body.metadata["name"], body.metadata["namespace"]
     generation = body.metadata.get("generation", 0)
+    failure = status.get("applyFailure") or {}
+    refused = failure.get("message") if failure.get("generation") == generation else None
     try:
         deployment = k8s.AppsV1Api(client()).read_namespaced_deployment_status(name, namespace)
     except k8s.ApiException as exc:
-        if exc.status == 404:
-            return  # not applied yet: the reconcile comes first
-        raise
-    replicas = deployment.spec.replicas or 0 if deployment.spec else 0
-    observed = deployment.status or k8s.V1DeploymentStatus()
+        if exc.status != 404:
+            raise
+        deployment = None  # not applied yet, or refused: the conditions say which
+    replicas: int | None = None
+    observed = k8s.V1DeploymentStatus()
+    if deployment is not None:
+        replicas = deployment.spec.replicas or 0 if deployment.spec else 0
+        observed = deployment.status or observed
     ready = observed.ready_replicas or 0
     patch.status["replicas"] = observed.replicas or 0
     patch.status["readyReplicas"] = ready
     patch.status["labelSelector"] = builders.selector(name)
-    applied = status.get("appliedGeneration")
-    conditions = [
-        condition(
-            "Progressing",
-            applied == generation,
-            "Applied" if applied == generation else "Reconciling",
-            f"Deployment, ConfigMap and Service applied for generation {generation}"
-            if applied == generation
-            else f"applying generation {generation} (last applied: {applied})",
-            generation,
-        ),
-        condition(
-            "Ready",
-            ready >= replicas,
-            "AllReplicasReady" if ready >= replicas else "ReplicasNotReady",
-            f"{ready} of {replicas} replicas ready",
-            generation,
-        ),
-    ]
     # Scaling starts from spec.replicas, the one source: the Deployment may lag behind it.
-    wanted_now = parsed.fleet.replicas
-    conditions.append(_observe_lag(body, parsed, status, patch, memo, wanted_now, generation))
-    _set_conditions(status, patch, *conditions)
-    _tune(body, parsed, status, patch, namespace, name)
+    lag = _observe_lag(body, parsed, status, patch, memo, parsed.fleet.replicas, generation)
+    applied = status.get("appliedGeneration")
+    facts = conditions.Facts(generation, None, refused, applied, replicas, ready, lag)
+    _set_conditions(status, patch, *conditions.judge(facts))
+    if deployment is not None:
+        _tune(body, parsed, status, patch, namespace, name)
 
 
 def _observe_lag(
@@ -235,22 +234,37 @@ def _observe_lag(
 ) -> dict[str, Any]:
     worker = parsed.worker
     if memo.get("reader_of") != (worker.bootstrap_servers, worker.group_id):
-        if "reader" in memo:
-            memo["reader"].close()
-        memo["reader"] = reader(
-            worker.bootstrap_servers, worker.group_id, worker.security.properties()
-        )
         memo["reader_of"] = (worker.bootstrap_servers, worker.group_id)
         memo["ends"] = deque(maxlen=120)
         memo["wishes"] = deque(maxlen=2000)
+    # The client connects as the workers do: their security, passwords from their Secrets.
+    if "reader" not in memo:
+        memo["reader"] = lag_reader.LagReader()
+        memo["secrets"] = credentials.Credentials(credentials.secret_reader(client()))
+    reader, secrets = memo["reader"], memo["secrets"]
     try:
-        reading = read_lag(
-            memo["reader"],
+        security = secrets.get(parsed.fleet.security, body.metadata["namespace"])
+        reading = reader.read(
+            worker.bootstrap_servers,
+            worker.group_id,
+            security,
             list(worker.topics),
             worker.topic_pattern,
             worker.auto_offset_reset == "earliest",
         )
+    except credentials.CredentialsError as exc:
+        return condition("Degraded", True, exc.reason, f"cannot read lag: {exc}", generation)
     except KafkaException as exc:
+        if lag_reader.is_authentication_failure(exc):
+            secrets.forget()  # the next pass reads the Secrets again: they may be rotated
+            return condition(
+                "Degraded",
+                True,
+                "KafkaAuthenticationFailed",
+                f"bootstrap_servers {worker.bootstrap_servers} refused the credentials of "
+                f"spec.security: {lag_reader.describe(exc)}",
+                generation,
+            )
         return condition(
             "Degraded",
             True,
@@ -302,7 +316,7 @@ def _scale(body: kopf.Body, decision: scaling.Decision, lag: int, partitions: in
         body.metadata["name"],
         {"spec": {"replicas": decision.replicas}},
     )
-    kopf.info(body, reason=decision.reason, message=message)
+    post_event(body, decision.reason, message)
     log.info("%s/%s: %s", body.metadata["namespace"], body.metadata["name"], message)
 
 
@@ -363,5 +377,5 @@ def _tune(
         f"max_poll_records {current} -> {move.max_poll_records}: handlers take "
         f"{(latency or 0) * 1000:.1f} ms at concurrency {concurrency}"
     )
-    kopf.info(body, reason=move.reason, message=message)
+    post_event(body, move.reason, message)
     log.info("%s/%s: %s", namespace, name, message)

@@ -5,19 +5,38 @@ offset (``Consumer.committed`` and the watermarks, from a client that never join
 group), the lag of a partition with no commit (from its earliest offset, as
 ``auto_offset_reset: earliest`` would read it, or none with ``latest``), and naming topics
 that do not exist. Read from Kafka, not from the workers, so it is right at zero replicas
-(as KEDA does). Blocking calls with timeouts: run it in a thread. Does not own what the lag
-means (``scaling.py``).
+(as KEDA does). Blocking calls with timeouts: run it in a thread.
+
+The client connects as the group's workers do: its ``security`` renders the same librdkafka
+properties (``kafleet.security.Security.properties``). ``LagReader`` keeps one client and makes
+a new one when the address, the group or the credentials change (a rotated password), judged
+by a digest of the properties, never by keeping them. librdkafka retries a failed SASL
+handshake quietly until a call times out with a bare transport error; this client listens for
+the authentication failure and raises it at once, so a wrong password reads as one.
+
+SSL file locations (``ssl_ca_location``, ...) name files in the workers' pods: the operator
+reads them at the same paths in its own pod, and a missing one is an error naming it.
+
+Does not own what the lag means (``scaling.py``) nor where the passwords come from
+(``credentials.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from kafleet.security import Security
 
 TP = tuple[str, int]
 TIMEOUT_S = 10.0
+METADATA_TRY_S = 0.5  # how often a metadata request gives a reported auth failure a look
 
 
 @dataclass(frozen=True)
@@ -48,28 +67,67 @@ class LagReading:
         return sum(self.ends[tp] - lag for tp, lag in self.lag.items())
 
 
-def reader(bootstrap: str, group_id: str, properties: dict[str, str]) -> Consumer:
+def is_authentication_failure(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.code() == KafkaError._AUTHENTICATION
+
+
+def describe(exc: KafkaException) -> str:
+    """The client's words, without the timing that changes at every try (a condition's
+    message should not change while nothing does)."""
+    error = exc.args[0] if exc.args else None
+    text = error.str() if isinstance(error, KafkaError) else str(exc)
+    return re.sub(r" \(after \d+ms in state \w+\)", "", text)
+
+
+class LagClient:
     """A client of the group that never joins it: it only reads offsets. (The admin API's
     ``list_consumer_group_offsets`` crashed confluent-kafka 2.16.1 on a cluster whose offsets
     topic did not exist yet; ``Consumer.committed`` is the long-standing way.)"""
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group_id,
-            "enable.auto.commit": False,
-            **properties,
-        }
-    )
+
+    def __init__(self, bootstrap: str, group_id: str, security: Security) -> None:
+        self.authentication_error: KafkaError | None = None
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                **security.properties(),
+                "error_cb": self._on_error,
+            }
+        )
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            self.authentication_error = error
+
+    def metadata(self) -> Any:
+        """The cluster's topics (a ``ClusterMetadata``); raises the authentication failure as
+        soon as it is known."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return self.consumer.list_topics(timeout=max(0.1, min(METADATA_TRY_S, remaining)))
+            except KafkaException:
+                self.consumer.poll(0)  # serves error_cb
+                if self.authentication_error is not None:
+                    raise KafkaException(self.authentication_error) from None
+                if remaining <= METADATA_TRY_S:
+                    raise
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def read_lag(
-    client: Consumer,
+    client: LagClient,
     topics: list[str],
     topic_pattern: str | None = None,
     reset_earliest: bool = True,
 ) -> LagReading:
-    """Raises ``KafkaException`` when the cluster cannot be reached."""
-    metadata = client.list_topics(timeout=TIMEOUT_S)
+    """Raises ``KafkaException`` when the cluster cannot be reached or refuses the client."""
+    metadata = client.metadata()
     if topic_pattern:
         pattern = re.compile(topic_pattern)
         chosen = [t for t in metadata.topics if pattern.match(t) and not t.startswith("__")]
@@ -80,14 +138,15 @@ def read_lag(
     tps = [(t, p) for t in sorted(chosen) for p in sorted(metadata.topics[t].partitions)]
     if not tps:
         return LagReading(missing_topics=missing)
+    consumer = client.consumer
     committed: dict[TP, int | None] = {
         (tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None
-        for tp in client.committed([TopicPartition(t, p) for t, p in tps], timeout=TIMEOUT_S)
+        for tp in consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=TIMEOUT_S)
     }
     ends, lag = {}, {}
     for tp in tps:
         try:
-            low, high = client.get_watermark_offsets(TopicPartition(*tp), timeout=TIMEOUT_S)
+            low, high = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=TIMEOUT_S)
         except KafkaException:  # a new partition without a leader yet: nothing to read
             low = high = 0
         ends[tp] = high
@@ -96,3 +155,43 @@ def read_lag(
             base = low if reset_earliest else high
         lag[tp] = max(0, high - base)
     return LagReading(committed, ends, lag, missing)
+
+
+def _digest(bootstrap: str, group_id: str, security: Security) -> str:
+    rendered = json.dumps([bootstrap, group_id, security.properties()], sort_keys=True)
+    return hashlib.sha256(rendered.encode()).hexdigest()
+
+
+class LagReader:
+    """One ConsumerGroup's lag client, made anew when its address, group or credentials
+    change; a client whose credentials were refused is not kept."""
+
+    def __init__(self) -> None:
+        self.client: LagClient | None = None
+        self._digest = ""
+
+    def read(
+        self,
+        bootstrap: str,
+        group_id: str,
+        security: Security,
+        topics: list[str],
+        topic_pattern: str | None = None,
+        reset_earliest: bool = True,
+    ) -> LagReading:
+        digest = _digest(bootstrap, group_id, security)
+        if self.client is None or digest != self._digest:
+            self.close()
+            self.client = LagClient(bootstrap, group_id, security)
+            self._digest = digest
+        try:
+            return read_lag(self.client, topics, topic_pattern, reset_earliest)
+        except KafkaException as exc:
+            if is_authentication_failure(exc):
+                self.close()  # the next pass tries afresh, with what the Secret says then
+            raise
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        self.client, self._digest = None, ""

@@ -5,6 +5,11 @@ Owns: fetching the broker's jars from Maven Central (``mvn dependency:copy-depen
 (broker and controller in one JVM) on free loopback ports, enabling share groups, waiting until
 it answers, and stopping it by its own pid. Everything it writes lives under ``.cache/``.
 
+Listeners: PLAINTEXT (the default every test uses) and, beside it, SASL_PLAINTEXT with
+SCRAM-SHA-512 and SCRAM-SHA-256 (``KafkaBroker.sasl``) for the tests of clients that
+authenticate. Its one user's credentials are written into the metadata log when the storage is
+formatted (``StorageTool format --add-scram``, KIP-900), so they exist before the broker starts.
+
 Does not own: topics, producers or consumers (``tests/conftest.py`` builds those on top), nor
 any Kafka configuration that a test should choose for itself.
 
@@ -46,6 +51,9 @@ POM = Path(__file__).with_name("kafka-pom.xml")
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
+SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+SASL_USER = "kafleet-tester"
+SASL_PASSWORD = "a-test-bed-secret"  # a throwaway broker's throwaway user
 
 
 class TestbedError(RuntimeError):
@@ -130,12 +138,33 @@ logger.request.level = WARN
 """
 
 
+@dataclass(frozen=True)
+class SaslListener:
+    """The broker's SASL_PLAINTEXT listener and the SCRAM user it knows."""
+
+    bootstrap: str
+    username: str = SASL_USER
+    password: str = SASL_PASSWORD
+    mechanism: str = SCRAM_MECHANISMS[0]
+
+    def properties(self, password: str | None = None) -> dict[str, str]:
+        """librdkafka properties that authenticate (with another ``password`` to fail)."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": self.mechanism,
+            "sasl.username": self.username,
+            "sasl.password": self.password if password is None else password,
+        }
+
+
 @dataclass
 class KafkaBroker:
     """One combined KRaft node whose data, config and log live in ``workdir``.
 
     ``start`` formats the storage the first time; ``stop`` then ``start`` restarts the same node
-    with its data, on the same ports, which is what broker-outage tests need.
+    with its data, on the same ports, which is what broker-outage tests need. ``sasl_port`` 0
+    means no SASL listener.
     """
 
     workdir: Path
@@ -143,10 +172,17 @@ class KafkaBroker:
     controller_port: int
     version: str = KAFKA_VERSION
     pid: int | None = None
+    sasl_port: int = 0
 
     @property
     def bootstrap(self) -> str:
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def sasl(self) -> SaslListener:
+        if not self.sasl_port:
+            raise TestbedError("this broker was started without a SASL listener")
+        return SaslListener(f"{LOOPBACK}:{self.sasl_port}")
 
     @property
     def log_path(self) -> Path:
@@ -156,18 +192,41 @@ class KafkaBroker:
     def _config_path(self) -> Path:
         return self.workdir / "server.properties"
 
+    def _listeners(self) -> str:
+        sasl = f"SASL_PLAINTEXT://{LOOPBACK}:{self.sasl_port}," if self.sasl_port else ""
+        return (
+            f"PLAINTEXT://{LOOPBACK}:{self.port},{sasl}"
+            f"CONTROLLER://{LOOPBACK}:{self.controller_port}"
+        )
+
+    def _sasl_properties(self) -> dict[str, str | int]:
+        """The SASL_PLAINTEXT listener's SCRAM mechanisms; the brokers' own traffic stays on
+        PLAINTEXT, so the server side's JAAS entry needs no credentials of its own."""
+        if not self.sasl_port:
+            return {}
+        prefix = "listener.name.sasl_plaintext"
+        return {
+            f"{prefix}.sasl.enabled.mechanisms": ",".join(SCRAM_MECHANISMS),
+            **{
+                f"{prefix}.{mechanism.lower()}.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                )
+                for mechanism in SCRAM_MECHANISMS
+            },
+        }
+
     def _properties(self) -> dict[str, str | int]:
         return {
             "process.roles": "broker,controller",
             "node.id": 1,
             "controller.quorum.bootstrap.servers": f"{LOOPBACK}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{LOOPBACK}:{self.port},"
-            f"CONTROLLER://{LOOPBACK}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self.port},"
-            f"CONTROLLER://{LOOPBACK}:{self.controller_port}",
+            "listeners": self._listeners(),
+            "advertised.listeners": self._listeners(),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            **self._sasl_properties(),
             "log.dirs": str(self.workdir / "data"),
             # One node: every internal topic must have replication factor 1, or it never forms.
             "offsets.topic.replication.factor": 1,
@@ -224,6 +283,14 @@ class KafkaBroker:
             "--standalone",
             "--feature",
             "share.version=1",
+            *(
+                arg
+                for mechanism in (SCRAM_MECHANISMS if self.sasl_port else ())
+                for arg in (
+                    "--add-scram",
+                    f"{mechanism}=[name={SASL_USER},password={SASL_PASSWORD}]",
+                )
+            ),
         )
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
@@ -316,6 +383,7 @@ class KafkaBroker:
             "controller_port": self.controller_port,
             "pid": self.pid,
             "version": self.version,
+            "sasl_port": self.sasl_port,
         }
         (self.workdir / "broker.json").write_text(json.dumps(state))
 
@@ -326,14 +394,21 @@ class KafkaBroker:
             state = json.loads((workdir / "broker.json").read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return None
-        return cls(workdir, state["port"], state["controller_port"], state["version"], state["pid"])
+        return cls(
+            workdir,
+            state["port"],
+            state["controller_port"],
+            state["version"],
+            state["pid"],
+            state.get("sasl_port", 0),
+        )
 
 
 def start_broker(workdir: Path) -> KafkaBroker:
     """A fresh node in ``workdir`` (emptied first), started, with share groups enabled."""
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    broker = KafkaBroker(workdir, free_port(), free_port())
+    broker = KafkaBroker(workdir, free_port(), free_port(), sasl_port=free_port())
     broker.start()
     try:
         broker.ensure_share_groups()
