@@ -1,21 +1,23 @@
 """The operator's edge to the Kubernetes API: one client, and the few writes it makes.
 
 Owns: the one API client (in-cluster, else the kubeconfig), server-side apply with the
-operator's field manager, merge-patching a ConsumerGroup's ``status`` subresource, posting an
-Event about a ConsumerGroup, and reading the API server's own message out of a failed call
-(what a condition should carry, not an HTTP dump).
+operator's field manager, merge-patching a ConsumerGroup's ``status`` subresource, posting
+Events about a ConsumerGroup (in the background, in order), and reading the API server's own
+message out of a failed call (what a condition should carry, not an HTTP dump).
 
 Does not own what is applied (``builders.py``) or decided (``handlers.py``, ``conditions.py``).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.dynamic import DynamicClient
@@ -26,6 +28,7 @@ log = logging.getLogger("kafleet.operator")
 FIELD_MANAGER = "kafleet-operator"
 _api: DynamicClient | None = None
 _client: k8s.ApiClient | None = None
+_poster = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kafleet-events")
 
 
 def client() -> k8s.ApiClient:
@@ -88,7 +91,8 @@ def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
 
 
 def post_event(body: Mapping[str, Any], reason: str, message: str) -> None:
-    """A Normal Event on the ConsumerGroup; a failure to post is logged, never raised."""
+    """A Normal Event on the ConsumerGroup, posted in the background as kopf posts its own: a
+    slow API server never holds up a pass (its status is written first). A failure is logged."""
     meta = body["metadata"]
     now = datetime.datetime.now(datetime.UTC)
     event = k8s.CoreV1Event(
@@ -108,7 +112,11 @@ def post_event(body: Mapping[str, Any], reason: str, message: str) -> None:
         last_timestamp=now,
         count=1,
     )
+    _poster.submit(_post, meta["namespace"], event)
+
+
+def _post(namespace: str, event: k8s.CoreV1Event) -> None:
     try:
-        k8s.CoreV1Api(client()).create_namespaced_event(meta["namespace"], event)
-    except k8s.ApiException as exc:
-        log.warning("%s/%s: event %s not posted: %s", meta["namespace"], meta["name"], reason, exc)
+        k8s.CoreV1Api(client()).create_namespaced_event(namespace, event)
+    except (k8s.ApiException, urllib3.exceptions.HTTPError, OSError) as exc:  # a courtesy
+        log.warning("event %s in %s not posted: %s", event.reason, namespace, exc)

@@ -1,7 +1,8 @@
 """A real operator process on the real control plane (kwok runs the pods) and the real broker:
 a ConsumerGroup becomes its Deployment, ConfigMap and Service, turns Ready, shows its columns,
-scales through the scale subresource, refuses or reports bad specs by field, leaves a right
-fleet alone after a restart, and takes what it owned with it when deleted."""
+scales through the scale subresource, refuses or reports bad specs by field (a refused apply
+too, with the API server's message), leaves a right fleet alone after a restart, takes what it
+owned with it when deleted, and carries no finalizer: it goes at once with no operator."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.operator.conftest import (
     Operator,
     apply,
     apply_ready,
+    condition,
     consumer_group,
     get,
     wait_condition,
@@ -238,3 +240,132 @@ def test_the_example_manifest_is_accepted_by_the_api_server(
     out = k8s.kubectl("apply", "-n", namespace, "--dry-run=server", "-f", str(example))
 
     assert "consumergroup.kafleet.io/billing created (server dry run)" in out
+
+
+def wait_reason(k8s: K8s, namespace: str, name: str, reason: str) -> dict[str, Any]:
+    """The Degraded condition once its reason is ``reason`` (a transient lag error may come
+    first: a fresh group's coordinator is not known at once)."""
+    wait_until(
+        lambda: condition(get(k8s, namespace, "kcg", name), "Degraded").get("reason") == reason,
+        60,
+        f"{name}: Degraded for {reason}",
+        every=0.5,
+    )
+    return condition(get(k8s, namespace, "kcg", name), "Degraded")
+
+
+# Issue 11: four malformed groups that were accepted and never reported, each with its fix.
+ISSUE_11 = [
+    ({"guarantee": "exactly-once"}, {"spark": {"table": "/lake/bills"}}, "spark"),
+    (
+        {"guarantee": "exactly-once", "spark": {"job": "jobs:write"}},
+        {"spark": {"job": "jobs:write", "table": "/lake/bills"}},
+        "spark.table",
+    ),
+    ({"handler": "bill"}, {"handler": "orders:bill"}, "handler"),
+    ({"resources": {"limits": {"cpu": "lots"}}}, {"resources": {"limits": {"cpu": "2"}}}, "cpu"),
+]
+
+
+@pytest.mark.parametrize(("bad", "fix", "named"), ISSUE_11)
+def test_a_malformed_group_is_refused_or_reported_naming_the_field_and_an_edit_makes_it_ready(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+    bad: dict[str, object],
+    fix: dict[str, object],
+    named: str,
+) -> None:
+    topic = topic_factory(partitions=2)
+    operator()
+    manifest = consumer_group("malformed", kafka, topic, **bad)
+
+    refusal = ""
+    try:
+        apply(k8s, namespace, manifest)
+    except TestbedError as exc:
+        refusal = str(exc)
+    if refusal:  # by the API server, from the CRD's schema
+        print(refusal)
+        assert named in refusal
+    else:  # by the operator, from the model
+        degraded = wait_reason(k8s, namespace, "malformed", "InvalidSpec")
+        print(degraded)
+        assert named in degraded["message"]
+
+    ready = apply_ready(k8s, namespace, {**manifest, "spec": {**manifest["spec"], **fix}})
+    assert ready["status"] == "True"
+
+
+def test_a_refused_apply_is_reported_degraded_with_the_api_servers_message_until_an_edit(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+) -> None:
+    topic = topic_factory(partitions=2)
+    operator()
+    # The model cannot judge what pod_template merges into the pod: the API server can.
+    bad = consumer_group("refused", kafka, topic, pod_template={"serviceAccountName": "Not_A_Name"})
+    apply(k8s, namespace, bad)
+
+    degraded = wait_reason(k8s, namespace, "refused", "ApplyFailed")
+    group = get(k8s, namespace, "kcg", "refused")
+    print(degraded)
+
+    assert degraded["status"] == "True"
+    assert "serviceAccountName" in degraded["message"]
+    assert "Not_A_Name" in degraded["message"]
+    assert condition(group, "Ready")["status"] == "False"
+    assert condition(group, "Progressing")["status"] == "False"
+    apply_ready(k8s, namespace, consumer_group("refused", kafka, topic))
+    fixed = get(k8s, namespace, "kcg", "refused")
+    assert condition(fixed, "Degraded")["status"] == "False"
+    assert not fixed["status"].get("applyFailure")
+
+
+def test_a_consumer_group_is_deleted_at_once_with_no_operator_running(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+) -> None:
+    topic = topic_factory(partitions=2)
+    running = operator()
+    apply_ready(k8s, namespace, consumer_group("orphaned", kafka, topic))
+    time.sleep(3)  # several passes of the operator over the group
+    running.stop()
+
+    assert not get(k8s, namespace, "kcg", "orphaned")["metadata"].get("finalizers")
+    k8s.kubectl("delete", "-n", namespace, "kcg", "orphaned", "--timeout=20s")
+    assert not k8s.kubectl(
+        "get", "-n", namespace, "kcg", "orphaned", "--ignore-not-found", check=False
+    ).strip()
+
+
+def test_the_finalizer_an_older_operator_put_is_taken_off(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+) -> None:
+    topic = topic_factory(partitions=2)
+    apply(k8s, namespace, consumer_group("marked", kafka, topic))
+    k8s.kubectl(
+        "patch", "-n", namespace, "kcg", "marked", "--type=merge",
+        "-p", '{"metadata": {"finalizers": ["kafleet.io/finalizer"]}}',
+    )  # fmt: skip
+
+    operator()
+
+    wait_until(
+        lambda: not get(k8s, namespace, "kcg", "marked")["metadata"].get("finalizers"),
+        60,
+        "the old finalizer to be taken off",
+        every=0.5,
+    )

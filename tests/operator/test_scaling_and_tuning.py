@@ -76,7 +76,12 @@ def test_a_backlog_raises_replicas_to_the_partitions_and_draining_lowers_them_af
     status = get(k8s, namespace, "kcg", "scaler")["status"]
     assert status["lag"] == 3_000
     assert status["lastScaleReason"] == "ScaledUpForLag"
-    assert any(e["reason"] == "ScaledUpForLag" for e in events(k8s, namespace, "scaler"))
+    wait_until(  # Events are posted in the background, after the status
+        lambda: any(e["reason"] == "ScaledUpForLag" for e in events(k8s, namespace, "scaler")),
+        30,
+        "the ScaledUpForLag event",
+        every=0.5,
+    )
     time.sleep(3)
     assert replicas(k8s, namespace, "scaler") == 3  # never above the partitions
     print(k8s.kubectl("get", "kcg", "-n", namespace, "-o", "wide"))  # shown with pytest -s
@@ -188,16 +193,22 @@ def test_slow_handlers_lower_max_poll_records_in_the_config_map_while_no_pod_res
 
     config = yaml.safe_load(get(k8s, namespace, "configmap", "tuned-worker")["data"]["worker.yaml"])
     assert config["max_poll_records"] == 100
-    steps = {
-        e["message"].split(":")[0]
-        for e in events(k8s, namespace, "tuned")
-        if e["reason"] == "LoweredForSlowHandlers"
-    }
-    assert steps == {
+
+    def steps() -> set[str]:
+        return {
+            e["message"].split(":")[0]
+            for e in events(k8s, namespace, "tuned")
+            if e["reason"] == "LoweredForSlowHandlers"
+        }
+
+    expected = {
         "max_poll_records 500 -> 250",
         "max_poll_records 250 -> 125",
         "max_poll_records 125 -> 100",
     }
+    # Events are posted in the background, after the status.
+    wait_until(lambda: steps() >= expected, 30, "an Event for each step", every=0.5)
+    assert steps() == expected
     assert (
         k8s.kubectl("get", "pods", "-n", namespace, "-o", "jsonpath={.items[*].metadata.uid}")
         == pods
