@@ -12,7 +12,8 @@ without a cluster.
 A change that touches only live-tunable values (``max_poll_records``, ``concurrency``) changes
 only the ConfigMap, never the pod template, so no pod restarts for tuning.
 
-Does not own applying them (``kube.py``, ``handlers.py``) or deciding replicas (``scaling.py``).
+Does not own applying them (``kube.py``, ``handlers.py``, ``observer.py``) or deciding
+replicas (``scaling.py``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ and merging them into the current list, keeping a condition's ``lastTransitionTi
 status does not change. Every state gets its conditions, an absent Deployment included: a
 group is never left without a word. No I/O: tested without a cluster.
 
-Does not own gathering the facts or writing the status (``handlers.py``).
+Does not own gathering the facts or writing the status (``observer.py``).
 """
 
 from __future__ import annotations

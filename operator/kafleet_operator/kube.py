@@ -5,7 +5,7 @@ operator's field manager, merge-patching a ConsumerGroup's ``status`` subresourc
 Events about a ConsumerGroup (in the background, in order), and reading the API server's own
 message out of a failed call (what a condition should carry, not an HTTP dump).
 
-Does not own what is applied (``builders.py``) or decided (``handlers.py``, ``conditions.py``).
+Does not own what is applied (``builders.py``) or decided (``handlers.py``, ``observer.py``).
 """
 
 from __future__ import annotations

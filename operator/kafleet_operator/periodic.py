@@ -9,7 +9,7 @@ every group is observed in a worker thread: never two passes of one group at onc
 group (an unreachable broker) never delays the others. Each group has its own memory (its lag
 history, its Kafka client), forgotten (closed) when the group is gone.
 
-Does not own what a pass does (``handlers.observe``).
+Does not own what a pass does (``observer.py``).
 """
 
 from __future__ import annotations
