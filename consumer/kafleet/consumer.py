@@ -29,7 +29,8 @@ from kafleet.dead_letter import DeadLetterWriter, ensure_topic
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet.executor import Executor, Handler, ResultSink
 from kafleet.offsets import OffsetTracker
-from kafleet.poller import OffsetStore, Poller
+from kafleet.poller import Poller
+from kafleet.rebalance import OffsetStore
 from kafleet.shipping import Backoff, BatchWriter, Shipper
 from kafleet.spark_sink import Job, SparkSink
 from kafleet.state import Stats

@@ -109,8 +109,8 @@ def poller(
     )
     queues, stats = WorkQueues(config.queue, config.ordering, 4), Stats()
     p = Poller(config, queues, OffsetTracker(), stats, consumer_factory=lambda _: consumer)  # type: ignore[arg-type,return-value]
-    p._consumer = consumer  # type: ignore[assignment]
-    p._on_assign(consumer, [TopicPartition("t", n) for n in range(4)])  # type: ignore[arg-type]
+    p._consumer = p.committer.consumer = consumer  # type: ignore[assignment]
+    p.rebalance.on_assign(consumer, [TopicPartition("t", n) for n in range(4)])  # type: ignore[arg-type]
     return p, queues, stats
 
 
@@ -145,7 +145,7 @@ def test_at_most_once_records_waiting_for_their_commit_are_left_to_the_next_owne
     consumer.failing_commits = 1
     p._poll_once()  # 5-9 wait for their commit
 
-    p._on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    p.rebalance.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
 
     assert consumer.commits[-1] == {TP0: 5}, "the revoke committed records that never ran"
 
