@@ -121,7 +121,7 @@ class ResolvedPaths:
     def checkpoint_names(self) -> list[str]:
         reader = self._spark.read.format("text").option("pathGlobFilter", CHECKPOINT_GLOB)
         try:
-            files = reader.load([self._dir, self._dir]).inputFiles()
+            files = reader.load(self._dir).inputFiles()
         except Exception as exc:
             if missing(exc):
                 return []

@@ -33,6 +33,7 @@ identifiers Delta would let expire (``delta.setTransactionRetentionDuration``, o
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from collections.abc import Iterable
@@ -45,6 +46,7 @@ from kafleet.errors import SinkError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+log = logging.getLogger(__name__)
 TXN_SCHEMA = "txn struct<appId: string, version: bigint>"
 REPLAY_LIMIT = 32  # commits read after the cached version rather than a newer checkpoint
 UNHINTED_REPLAY_LIMIT = 1_000  # the same without a readable hint (a checkpoint: a listing)
@@ -128,6 +130,15 @@ class TransactionLog:
                         self.version = self.checkpoint = -1  # a file went (cleanup): afresh
                         continue
                     raise SinkError(self.table, f"cannot read its log: {exc}") from exc
+            read = self.last_read
+            log.debug(
+                "%s: read %d log files up to version %d (%d existence checks%s)",
+                self.table,
+                len(read.files),
+                self.version,
+                read.probes,
+                ", the log listed" if read.listed else "",
+            )
             return {app: self.txns[app] for app in app_ids if app in self.txns}
 
     def _refresh(self, spark: SparkSession, files: delta_files.LogFiles) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from kafleet import delta_log
 from kafleet.delta_log import (
     Checkpoint,
     TransactionLog,
@@ -226,6 +227,25 @@ def test_a_second_read_opens_only_the_commits_after_the_version_read(
     }
     assert log.versions(spark, APPS) == {"g/orders/0": 50, "g/orders/1": 60, "g/orders/2": 20}
     assert log.last_read.files == ["_last_checkpoint", commit_name(5), commit_name(6)]
+
+
+def test_a_checkpoint_far_past_the_version_read_is_read_instead_of_the_commits_before_it(
+    spark: SparkSession, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(delta_log, "REPLAY_LIMIT", 1)  # instead of 32 commits
+    commits(spark, table, 5, **{"delta.checkpointInterval": "3"})
+    log = TransactionLog(table)
+    log.versions(spark, APPS)
+    for i in range(5, 9):
+        commit(spark, table, APPS[i % 3], 10 * i)  # Delta's checkpoint at 6
+
+    assert log.versions(spark, APPS) == full_read(table)
+    assert log.last_read.files == [
+        "_last_checkpoint",
+        "00000000000000000006.checkpoint.parquet",
+        commit_name(7),
+        commit_name(8),
+    ]
 
 
 def test_commits_deleted_by_log_cleanup_after_a_checkpoint_leave_the_answer_unchanged(
