@@ -43,7 +43,7 @@ def test_at_least_once_loses_nothing_when_a_worker_running_spark_is_killed(
 ) -> None:
     topic, group = topic_factory(partitions=3), group_id()
     report = produce(topic, 1_500)
-    flags = ("--kafka", "group.instance.id=alo", "--session-timeout-ms", "6000")
+    flags = ("--group-instance-id", "alo", "--session-timeout-ms", "6000")
 
     first = spark_worker(topic, group, table, *flags, delay=0.002)  # Spark in the worker
     wait_until(lambda: len(table_rows(table)) >= 300, 120, "300 rows before the kill", every=1)
@@ -82,8 +82,8 @@ def test_exactly_once_survives_twenty_sigkills_with_every_record_in_the_table_on
         spark_connect.url,
         "--commit-interval-ms",
         "1000",
-        "--kafka",
-        "group.instance.id=eos",  # static membership: a restart takes the partitions back
+        "--group-instance-id",
+        "eos",  # static membership: a restart takes the partitions back
         "--session-timeout-ms",
         "6000",
     )
