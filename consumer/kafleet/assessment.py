@@ -10,7 +10,8 @@ Liveness fails (and Kubernetes restarts the pod) when the worker:
 - has not polled for ``poll_share`` of ``max_poll_interval_ms`` (it hangs, or is starved), the
   time its state file has been stale counting as time without a poll;
 - has had a record in its handler longer than ``processing_timeout_s`` (KIP-62: polling proves
-  only that the process lives);
+  only that the process lives), its partition's or one no longer assigned (a revoke stopped
+  waiting for it, and it still holds a thread);
 - hit a fatal error.
 A worker that is slow but polls, and whose records finish within the timeout, stays live.
 
@@ -92,6 +93,13 @@ def liveness(
                 f"since {_at(now - oldest - age)} (processing_timeout_s "
                 f"{timeout:g})"
             )
+    abandoned = float(state.get("oldest_abandoned_s", 0.0))
+    if abandoned > 0 and abandoned + age > timeout:
+        reasons.append(
+            f"a record of a partition no longer assigned has been in its handler for "
+            f"{abandoned + age:.1f} s, since {_at(now - abandoned - age)} (processing_timeout_s "
+            f"{timeout:g})"
+        )
     if state.get("fatal_error"):
         reasons.append(f"fatal error: {state['fatal_error']}")
     return Verdict(not reasons, reasons)

@@ -71,6 +71,31 @@ class Committer:
             return False
         return True
 
+    def commit_exactly(self, offsets: dict[TP, int]) -> bool:
+        """Commit these offsets synchronously as they are, even below what was acknowledged
+        (at most once, a revoke gives back the records that never started); True once the
+        broker acknowledged them all."""
+        assert self.consumer is not None
+        if not offsets:
+            return True
+        started = time.monotonic()
+        try:
+            result = self.consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                asynchronous=False,
+            )
+        except KafkaException as exc:
+            self.stats.add(commit_failures=1)
+            log.warning("commit of %s failed: %s", offsets, exc)
+            return False
+        self.stats.observe_commit(time.monotonic() - started)
+        self.stats.add(commits=1)
+        failed = [tp for tp in result if tp.error is not None]
+        if failed:
+            self.stats.add(commit_failures=1)
+            log.warning("commit failed for %s", failed)
+        return not failed
+
     def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """librdkafka's ``on_commit``: an asynchronous commit's outcome."""
         if err is not None:

@@ -183,6 +183,7 @@ class ParallelConsumer:
     def snapshot(self) -> dict[str, Any]:
         """Everything the sidecar serves, as JSON-ready data."""
         queues = self.queues.snapshot()
+        abandoned, oldest_abandoned = self.queues.abandoned()
         offsets = self.offsets.snapshot()
         partitions = {}
         log_ends = self.poller.log_ends
@@ -219,6 +220,8 @@ class ParallelConsumer:
             "assigned": [f"{t}[{p}]" for t, p in self.poller.assignment],
             "partitions": partitions,
             "in_flight": self.queues.in_flight,
+            "abandoned_in_flight": abandoned,
+            "oldest_abandoned_s": oldest_abandoned,
             "max_poll_records": self.poller.max_poll_records,
             "concurrency": self.queues.concurrency,
             "ordering": self.config.ordering,

@@ -70,6 +70,12 @@ METRICS: list[tuple[str, str, list[str], str]] = [
         GTP,
         "how long the partition's oldest in-flight record has been in its handler",
     ),
+    (
+        "abandoned_in_flight_records",
+        "gauge",
+        G,
+        "records of partitions no longer assigned still in their handlers (they hold threads)",
+    ),
     ("handler_latency_seconds", "histogram", G, "time a record spent in its handler, retries in"),
     ("records_processed_total", "counter", G, "records handled successfully"),
     ("handler_failures_total", "counter", G, "handler attempts that raised"),
@@ -219,6 +225,7 @@ class StateCollector(Collector):
                 ("partitions_revoked_total", "partitions_revoked_total"),
                 ("partitions_lost_total", "partitions_lost_total"),
                 ("offset_rewinds_total", "offset_rewinds"),
+                ("abandoned_in_flight_records", "abandoned_in_flight"),
                 ("pauses_total", "pauses"),
                 ("resumes_total", "resumes"),
             ]:

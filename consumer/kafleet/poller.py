@@ -148,7 +148,7 @@ class Poller:
             self._release_acknowledged()
         headroom = min(self.max_poll_records, self.config.queue.max_records // 2)
         pause, resume = self.queues.transitions(headroom, self.intake.counts())
-        if not self.closing:
+        if not self.closing and not self._unacknowledged:  # holding: all paused at the client
             self._pause(pause)
             self._resume(resume)
         timeout = self.config.poll_interval_ms / 1000
@@ -169,7 +169,9 @@ class Poller:
         self.stats.polled()
         if messages:
             self.intake.stage(self._records(messages))
-        if len(self.intake) and not self.closing and not self._unacknowledged:
+        if self._unacknowledged:
+            return  # no periodic commit either: it would cover the records that wait
+        if len(self.intake) and not self.closing:
             self._hand_over(self.intake.take(self.max_poll_records, self.queues.rooms()))
         self.committer.maybe_commit()
 
@@ -222,14 +224,21 @@ class Poller:
             return
         records, self._unacknowledged = self._unacknowledged, []
         self.queues.push([r for r in records if r.tp in self.assigned])
-        if not self.closing:
-            unpaused = [tp for tp in self.assigned if not self.queues.is_paused(tp)]
-            self._consumer.resume([TopicPartition(t, p) for t, p in unpaused])
+        self._end_hold()
         log.info("at-most-once: commit acknowledged; %d waiting records handed over", len(records))
 
-    def drop_unacknowledged(self, tps: list[TP]) -> None:
-        """Revoked or lost partitions' waiting records never ran and are not committed: the
-        next owner reads them again. Forget them, so the revoke's commit leaves them out."""
+    def _end_hold(self) -> None:
+        """Resume at the client what kafleet's own bookkeeping has not paused."""
+        if self._consumer is not None and not self.closing:
+            unpaused = [tp for tp in self.assigned if not self.queues.is_paused(tp)]
+            self._consumer.resume([TopicPartition(t, p) for t, p in unpaused])
+
+    def drop_unacknowledged(self, tps: list[TP]) -> dict[TP, int]:
+        """Revoked or lost partitions' waiting records never ran: forget them, so that no
+        commit covers them and the next owner reads them again. Returns each partition's
+        first such offset. Ends the hold if nothing else waits."""
+        if not self._unacknowledged:
+            return {}
         gone = set(tps)
         first: dict[TP, int] = {}
         kept = []
@@ -241,6 +250,9 @@ class Poller:
         self._unacknowledged = kept
         for tp, offset in first.items():
             self.offsets.truncate(tp, offset)
+        if not kept:
+            self._end_hold()
+        return first
 
     # -- offsets that go back -----------------------------------------------------------------
 
@@ -266,6 +278,9 @@ class Poller:
         if not jumps:
             return records
         tps = list(jumps)
+        paused = [tp for tp in tps if self.queues.is_paused(tp)]  # the client keeps its pause
+        if paused and self._consumer is not None and not self._unacknowledged:
+            self._consumer.resume([TopicPartition(*tp) for tp in paused])
         self.queues.close_partitions(tps)
         self.queues.remove(tps)
         self.queues.assign(tps)

@@ -112,14 +112,21 @@ class Rebalance:
         ]
         if not tps:
             return
+        unstarted = p.queues.never_started(tps)
         dropped = p.queues.close_partitions(tps)
-        p.drop_unacknowledged(tps)
+        held = p.drop_unacknowledged(tps)
         wait = self._revoke_wait()
         drained = p.queues.wait_idle(tps, timeout=wait)
         if p.shipper is not None:  # write what is done, so the next owner need not redo it
             remaining = max(0.0, started + wait - time.monotonic())
             drained = p.shipper.drain(tps, remaining) and drained
-        committed = p.committer.commit(set(tps), asynchronous=False)
+        if p.config.guarantee == "at-most-once":
+            rewinds = _unstarted_rewinds(tps, unstarted, held)
+            committed = p.committer.commit_exactly(rewinds)
+            others = set(tps) - set(rewinds)
+            committed = p.committer.commit(others, asynchronous=False) and committed
+        else:
+            committed = p.committer.commit(set(tps), asynchronous=False)
         self._forget(consumer, tps)
         seconds = time.monotonic() - started
         p.stats.add(revoked=len(tps), rebalances=1)
@@ -178,3 +185,29 @@ class Rebalance:
         p.queues.remove(tps)
         if p.shipper is not None:
             p.shipper.remove(tps)
+
+
+def _unstarted_rewinds(
+    tps: list[TP], unstarted: dict[TP, tuple[int | None, int]], held: dict[TP, int]
+) -> dict[TP, int]:
+    """At most once, the records queued or waiting for their commit never started, although
+    the commit covered them: give them back to the next owner by committing the first of them,
+    but never below a record that started (that would run it twice). With ordering by key or
+    none, records below a started one that never started are skipped (logged)."""
+    rewinds = {}
+    for tp in tps:
+        queued, highest_taken = unstarted.get(tp, (None, -1))
+        firsts = [offset for offset in (queued, held.get(tp)) if offset is not None]
+        if not firsts:
+            continue
+        point = max(min(firsts), highest_taken + 1)
+        if point > min(firsts):
+            log.warning(
+                "%s[%d]: records from offset %d that never started are skipped (at most once: "
+                "offset %d above them started already)",
+                *tp,
+                min(firsts),
+                highest_taken,
+            )
+        rewinds[tp] = point
+    return rewinds

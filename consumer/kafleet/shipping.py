@@ -167,8 +167,8 @@ class Shipper:
         rows = self.writer.rows(record, result)
         with self._cond:
             part = self._parts.get(record.tp)
-            if part is None:  # revoked and forgotten: its offset is not committed either
-                return
+            if part is None or not self.queues.owns(record):  # revoked and forgotten, or a
+                return  # run that outlived its assignment: its offset is not committed either
             # A partition being revoked (closed, not yet forgotten) still takes the results
             # of its in-flight records: they are marked done next, and the drain writes them.
             try:

@@ -64,6 +64,7 @@ class _Partition:
     lanes: dict[LaneKey, _Lane] = field(default_factory=dict)
     ready: deque[_Lane] = field(default_factory=deque)  # lanes with a record that may run
     in_ready: bool = False  # in WorkQueues._ready
+    highest_taken: int = -1  # the highest offset ever taken from this queue
     completed: int = 0  # records finished since rate_since (for queue.max_seconds)
     rate_since: float = field(default_factory=time.monotonic)
     rate: float | None = None  # records a second, measured (None: not yet)
@@ -89,6 +90,8 @@ class WorkQueues:
         self._in_flight = 0  # records taken and not completed
         self._busy = 0  # runs taken and not released: what the concurrency limit counts
         self._closed = False
+        # Records of forgotten partitions still in handlers: id(record) -> (start, record).
+        self._abandoned: dict[int, tuple[float, Record]] = {}
 
     # -- the Poller's side -----------------------------------------------------------------
 
@@ -113,6 +116,20 @@ class WorkQueues:
                     lane.records.clear()
         return dropped
 
+    def never_started(self, tps: Iterable[TP]) -> dict[TP, tuple[int | None, int]]:
+        """Per partition: the lowest offset queued and never started (None: none), and the
+        highest offset ever taken (-1: none). At most once, a revoke rewinds the commit to
+        the first of these that no started record lies above."""
+        result: dict[TP, tuple[int | None, int]] = {}
+        with self._lock:
+            for tp in tps:
+                part = self._partitions.get(tp)
+                if part is None:
+                    continue
+                queued = [lane.records[0].offset for lane in part.lanes.values() if lane.records]
+                result[tp] = (min(queued) if queued else None, part.highest_taken)
+        return result
+
     def wait_idle(self, tps: Iterable[TP], timeout: float) -> bool:
         """Wait until no record of these partitions is in flight; False if time ran out."""
         tps = list(tps)
@@ -126,9 +143,15 @@ class WorkQueues:
         return True
 
     def remove(self, tps: Iterable[TP]) -> None:
+        """Forget partitions. Their records still in handlers (a revoke that stopped waiting,
+        or ``abandon``) are kept apart until they end: they hold threads, and a hung one must
+        still make the worker unhealthy."""
         with self._lock:
             for tp in tps:
-                self._partitions.pop(tp, None)
+                part = self._partitions.pop(tp, None)
+                if part is not None:
+                    for started, record in part.started.values():
+                        self._abandoned[id(record)] = (started, record)
 
     def push(self, records: Iterable[Record]) -> None:
         """Queue records handed over by the Poller (their partitions must be assigned)."""
@@ -284,6 +307,7 @@ class WorkQueues:
             for record in run:
                 part.queued_bytes -= record.size
                 part.started[record.offset] = (now, record)
+            part.highest_taken = max(part.highest_taken, run[-1].offset)
             part.queued -= len(run)
             part.in_flight += len(run)
             lane.in_flight += len(run)
@@ -344,6 +368,9 @@ class WorkQueues:
             current = [r for r in records if self.owns(r)]
             if mark_done is not None and current:
                 mark_done(current)
+            if len(current) < len(records):
+                for record in records:
+                    self._abandoned.pop(id(record), None)
             self._in_flight -= len(records)
             for record in current:
                 self._completed_locked(record)
@@ -445,6 +472,14 @@ class WorkQueues:
                 }
                 for tp, p in self._partitions.items()
             }
+
+    def abandoned(self) -> tuple[int, float]:
+        """Records of partitions no longer assigned still in their handlers: how many, and
+        for how long the oldest has been (seconds; 0 if none)."""
+        now = time.monotonic()
+        with self._lock:
+            starts = [started for started, _ in self._abandoned.values()]
+        return len(starts), (now - min(starts) if starts else 0.0)
 
     @property
     def in_flight(self) -> int:

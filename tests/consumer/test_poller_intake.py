@@ -8,6 +8,7 @@ the rebalance and commit behaviour of the real client is covered against the bro
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -58,6 +59,7 @@ class FakeConsumer:
         self.deliveries: list[list[FakeMessage]] = []
         self.failing_commits = 0
         self.commits: list[dict[tuple[str, int], int]] = []
+        self.async_commits: list[dict[tuple[str, int], int]] = []
         self.paused: set[tuple[str, int]] = set()
 
     def deliver(self, partition: int, offsets: range) -> None:
@@ -77,7 +79,8 @@ class FakeConsumer:
         return batch
 
     def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> Any:
-        if asynchronous:  # its outcome would come through on_commit: not under test here
+        if asynchronous:  # its outcome would come through on_commit
+            self.async_commits.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
             return None
         if self.failing_commits:
             self.failing_commits -= 1
@@ -93,7 +96,11 @@ class FakeConsumer:
 
 
 def poller(
-    guarantee: str, consumer: FakeConsumer, max_poll_records: int = 500
+    guarantee: str,
+    consumer: FakeConsumer,
+    max_poll_records: int = 500,
+    commit_interval_ms: int = 600_000,  # by default no periodic commit: only those under test
+    queue: dict[str, float] | None = None,
 ) -> tuple[Poller, WorkQueues, Stats]:
     config = load_config(
         None,
@@ -104,7 +111,9 @@ def poller(
             "guarantee": guarantee,
             "max_poll_records": max_poll_records,
             "poll_interval_ms": 1,
-            "commit_interval_ms": 600_000,  # no periodic commit: only the ones under test
+            "commit_interval_ms": commit_interval_ms,
+            "drain_timeout_s": 0.1,  # a revoke waits for started records that never end
+            "queue": queue or {},
         },
     )
     queues, stats = WorkQueues(config.queue, config.ordering, 4), Stats()
@@ -136,11 +145,17 @@ def test_at_most_once_hands_no_record_over_until_a_commit_covering_it_is_acknowl
     assert TP0 not in consumer.paused
 
 
+def start(queues: WorkQueues, count: int) -> None:
+    """Handlers take ``count`` records of partition 0 (they are started, not finished)."""
+    assert len(queues.take(timeout=0, max_run=count)) == count
+
+
 def test_at_most_once_records_waiting_for_their_commit_are_left_to_the_next_owner() -> None:
     consumer = FakeConsumer()
-    p, _, _ = poller("at-most-once", consumer)
+    p, queues, _ = poller("at-most-once", consumer)
     consumer.deliver(0, range(5))
     p._poll_once()  # 0-4 committed and queued
+    start(queues, 5)
     consumer.deliver(0, range(5, 10))
     consumer.failing_commits = 1
     p._poll_once()  # 5-9 wait for their commit
@@ -178,3 +193,65 @@ def test_a_poll_takes_its_records_fairly_from_a_hot_partition_and_cold_ones() ->
     p._poll_once()
 
     assert [queued(queues, ("t", n)) for n in range(4)] == [5, 5, 5, 5]
+
+
+def test_at_most_once_a_revoke_gives_the_queued_records_that_never_started_back() -> None:
+    consumer = FakeConsumer()
+    p, queues, _ = poller("at-most-once", consumer)
+    consumer.deliver(0, range(100))
+    p._poll_once()  # 0-99 committed and queued
+    start(queues, 10)  # 0-9 started
+
+    p.rebalance.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+
+    assert consumer.commits[-1] == {TP0: 10}, "records that never ran were lost"
+
+
+def test_at_most_once_a_revoke_that_drops_every_waiting_record_ends_the_hold() -> None:
+    consumer = FakeConsumer()
+    p, _, _ = poller("at-most-once", consumer)
+    consumer.deliver(0, range(10))
+    consumer.failing_commits = 1
+    p._poll_once()  # 0-9 wait for their commit; every partition is paused at the client
+    assert consumer.paused == {("t", n) for n in range(4)}
+
+    p.rebalance.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    for _ in range(3):
+        p._poll_once()
+
+    assert not p.holding
+    assert consumer.paused & {("t", n) for n in (1, 2, 3)} == set(), "kept partitions stay paused"
+
+
+def test_at_most_once_sends_no_periodic_commit_over_records_that_wait_for_theirs() -> None:
+    consumer = FakeConsumer()
+    p, _, _ = poller("at-most-once", consumer, commit_interval_ms=10)
+    consumer.deliver(0, range(10))
+    consumer.failing_commits = 100
+    p._poll_once()
+    sent = len(consumer.async_commits)
+    for _ in range(5):
+        time.sleep(0.02)
+        p._poll_once()
+
+    assert len(consumer.async_commits) == sent
+
+
+def test_a_paused_partition_whose_offsets_go_back_is_resumed_at_the_client() -> None:
+    consumer = FakeConsumer()
+    bounds = {"max_records": 20, "resume_at": 0.1}  # paused at 10 queued, resumed at 1
+    p, queues, _ = poller("at-least-once", consumer, max_poll_records=10, queue=bounds)
+    consumer.deliver(0, range(20))
+    p._poll_once()
+    p._poll_once()  # 20 queued: partition 0 is paused, at the client too
+    assert TP0 in consumer.paused
+    for record in queues.take(timeout=0, max_run=15):  # 15 handled: 5 still queued
+        queues.complete(record)
+    queues.release()
+    consumer.deliver(0, range(10))  # after a truncation: the offsets went back
+
+    p._poll_once()
+
+    assert p.stats.offset_rewinds == 1
+    assert not queues.is_paused(TP0)
+    assert TP0 not in consumer.paused, "the client kept the pause of a partition started afresh"

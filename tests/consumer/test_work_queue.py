@@ -247,3 +247,18 @@ def test_key_ordering_serves_partitions_round_robin_before_keys() -> None:
 
     assert order.count(1) == 10, f"the one-key partition got {order.count(1)} of 20 turns"
     assert order == [0, 1] * 10
+
+
+def test_records_still_in_handlers_when_their_partition_is_forgotten_are_kept_apart() -> None:
+    q = queues("partition")
+    q.push([rec(0, 1), rec(1, 1)])
+    hung, other = take_one(q), take_one(q)
+    q.close_partitions([("t", hung.partition)])
+    q.remove([("t", hung.partition)])  # a revoke that stopped waiting for it
+
+    count, oldest = q.abandoned()
+    assert count == 1
+    assert oldest >= 0
+    finish(q, hung)  # it ends at last
+    assert q.abandoned() == (0, 0.0)
+    finish(q, other)

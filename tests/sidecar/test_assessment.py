@@ -90,3 +90,10 @@ def test_readiness_needs_a_fresh_state_and_a_group() -> None:
     assert "not joined" in readiness(state(joined=False), NOW).body()
     idle = state(assigned=[])  # more members than partitions: idle, and rightly ready
     assert readiness(idle, NOW).ok
+
+
+def test_a_record_hung_in_the_handler_of_a_partition_no_longer_assigned_is_not_live() -> None:
+    ok, body = live(state(oldest_abandoned_s=31.0))
+
+    assert not ok
+    assert "no longer assigned" in body

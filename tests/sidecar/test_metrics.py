@@ -51,6 +51,7 @@ STATE = {
     "sink_write_failures": 2,
     "sink_write_seconds_sum": 3.5,
     "offset_rewinds": 0,
+    "abandoned_in_flight": 0,
     "config_rejections": 2,
     "config_rejected": "invalid configuration (worker.yaml):\n  - concurrency: ...",
 }

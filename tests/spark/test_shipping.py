@@ -82,14 +82,31 @@ def ship(
     return shipper
 
 
-def handle(shipper: Shipper, offsets: OffsetTracker, *numbers: int, rows: bool = True) -> None:
-    """What the Executor does for each record: the result first, then done."""
-    for n in numbers:
-        record = Record("orders", 0, n, None, b"x")
-        offsets.add(TP, n)
+def start(shipper: Shipper, offsets: OffsetTracker, *numbers: int, p: int = 0) -> list[Record]:
+    """What the Poller and the Executor do first: records queued, then taken as one run."""
+    records = [Record("orders", p, n, None, b"x") for n in numbers]
+    offsets.add_many([(("orders", p), n) for n in numbers])
+    shipper.queues.push(records)
+    run = shipper.queues.take(timeout=0, max_run=len(records))
+    assert run == records
+    return run
+
+
+def finish(
+    shipper: Shipper, offsets: OffsetTracker, records: list[Record], rows: bool = True
+) -> None:
+    """... then, for each record, the result first, then done."""
+    for record in records:
         if rows:
-            shipper.add(record, {"n": n})
-        offsets.done(TP, n)
+            shipper.add(record, {"n": record.offset})
+        offsets.done(record.tp, record.offset)
+        shipper.queues.complete(record)
+    shipper.queues.release()
+
+
+def handle(shipper: Shipper, offsets: OffsetTracker, *numbers: int, rows: bool = True) -> None:
+    for n in numbers:
+        finish(shipper, offsets, start(shipper, offsets, n), rows)
 
 
 def committable(offsets: OffsetTracker) -> int | None:
@@ -227,10 +244,7 @@ def test_a_writer_that_takes_several_batches_gets_every_partitions_in_one_write(
     shipper = Shipper(sink, BatchBounds(linger_s=3600), offsets, queues, Stats())
     shipper.assign(tps)
     for p in range(3):
-        for n in range(5):
-            offsets.add(("orders", p), n)
-            shipper.add(Record("orders", p, n, None, b"x"), {"n": n})
-            offsets.done(("orders", p), n)
+        finish(shipper, offsets, start(shipper, offsets, *range(5), p=p))
     shipper.close_intake()  # shutting down: everything ready is written now
     shipper.start()
     wait_until(lambda: shipper.settled() and sink.writes, 5, "the write")
@@ -248,8 +262,9 @@ def test_results_of_records_finishing_during_a_revoke_are_written_not_dropped(
     sink = MemorySink()
     shipper = ship(sink, parts, linger_s=3600)
     handle(shipper, offsets, *range(3))
+    in_flight = start(shipper, offsets, 3, 4)
     queues.close_partitions([TP])  # the revoke has begun: in-flight records still finish
-    handle(shipper, offsets, 3, 4)
+    finish(shipper, offsets, in_flight)
 
     drained = shipper.drain([TP], timeout=5)
     shipper.stop()
@@ -257,3 +272,27 @@ def test_results_of_records_finishing_during_a_revoke_are_written_not_dropped(
     assert drained
     assert [r.offset for b in sink.batches for r in b.records] == [0, 1, 2, 3, 4]
     assert committable(offsets) == 5
+
+
+def test_the_result_of_a_run_that_outlived_its_assignment_is_not_taken_for_the_new_run(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    offsets, queues = parts
+    sink = MemorySink()
+    shipper = ship(sink, parts)
+    [old] = start(shipper, offsets, 0)  # in a handler when the partition is revoked ...
+    queues.close_partitions([TP])
+    for forget in (queues.remove, shipper.remove):
+        forget([TP])
+    offsets.remove(TP)
+    offsets.assign(TP)  # ... and assigned back: offset 0 runs again
+    queues.assign([TP])
+    shipper.assign([TP])
+    [again] = start(shipper, offsets, 0)
+
+    shipper.add(old, {"n": -1})  # the old run ends first
+    finish(shipper, offsets, [again])
+    wait_until(lambda: committable(offsets) == 1, 10, "the new run's batch to be written")
+    shipper.stop()
+
+    assert [rows for b in sink.batches for rows in b.rows] == [[{"n": 0}]]
