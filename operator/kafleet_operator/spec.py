@@ -174,12 +174,13 @@ class FleetSettings(BaseModel):
         default_factory=Resources, description="the worker container's requests and limits"
     )
     static_membership: bool = Field(
-        True,
+        False,
         description="each pod joins as a static member (KIP-345) with its name as "
         "group_instance_id, so a worker restarted in its pod (its liveness probe) rejoins "
         "with its partitions and no rebalance; but a pod that goes for good (a scale-down, a "
         "rolling update) keeps its partitions, unconsumed, until session_timeout_ms passes "
-        "(classic; the broker's group.consumer.session.timeout.ms with consumer)",
+        "(classic; the broker's group.consumer.session.timeout.ms with consumer). Off by "
+        "default: scale-downs and rollouts are more common than hung workers",
     )
     pod_template: dict[str, Any] = Field(
         default_factory=dict,

@@ -127,19 +127,18 @@ POD_NAME = {
 
 
 def test_each_pod_joins_its_group_as_a_static_member_named_after_the_pod() -> None:
-    parsed = parse_spec(example_spec())
+    parsed = parse_spec({**example_spec(), "static_membership": True})
 
     worker, sidecar = builders.deployment(OWNER, parsed, 2)["spec"]["template"]["spec"][
         "containers"
     ]
 
-    assert parsed.fleet.static_membership  # the default
     assert POD_NAME in worker["env"]
     assert "env" not in sidecar
 
 
-def test_without_static_membership_members_are_dynamic() -> None:
-    parsed = parse_spec({**example_spec(), "static_membership": False})
+def test_members_are_dynamic_unless_static_membership_is_asked_for() -> None:
+    parsed = parse_spec(example_spec())
 
     worker = builders.deployment(OWNER, parsed, 2)["spec"]["template"]["spec"]["containers"][0]
 
