@@ -127,8 +127,19 @@ def _refused(
     patch.status["applyFailure"] = {"generation": generation, "message": message}
     patch.status["observedGeneration"] = generation
     kopf.warn(body, reason="ApplyFailed", message=message)
-    status_code = exc.status or 0
-    if 400 <= status_code < 500 and status_code not in (408, 409, 429):
+    delay = apply_retry_delay(exc.status or 0, retry)
+    if delay is None:
         raise kopf.PermanentError(f"refused by the API server: {message}") from exc
+    raise kopf.TemporaryError(message, delay=delay) from exc
+
+
+def apply_retry_delay(status_code: int, retry: int) -> float | None:
+    """When to apply again after the API server refused: None (wait for an edit) when it
+    judged the objects wrong; the longest backoff when the operator may not (401, 403: an RBAC
+    grant may come later) or the namespace is going (404); else backoff from the first delay."""
     first, most = APPLY_BACKOFF_S
-    raise kopf.TemporaryError(message, delay=min(most, first * 2**retry)) from exc
+    if status_code in (401, 403, 404):
+        return float(most)
+    if 400 <= status_code < 500 and status_code not in (408, 409, 429):
+        return None
+    return float(min(most, first * 2**retry))
