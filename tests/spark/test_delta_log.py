@@ -7,6 +7,7 @@ written anew and a Spark Connect session are all read right."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -301,6 +302,22 @@ def test_a_table_written_anew_under_the_same_path_is_read_afresh(
     assert log.versions(spark, APPS) == full_read(table) == {"g/orders/0": 0, "g/orders/1": 10}
 
 
+@pytest.fixture
+def connect_mode_undone() -> Iterator[None]:
+    """A Connect session in this process sets these variables, and from then on pyspark
+    builds Connect columns and sessions even for the local session of the tests that follow:
+    put them back as they were."""
+    names = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+    before = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.mark.usefixtures("connect_mode_undone")
 def test_through_spark_connect_the_log_is_listed_once_then_only_new_commits_are_read(
     spark: SparkSession, spark_connect: ConnectServer, table: str
 ) -> None:
