@@ -114,7 +114,9 @@ def test_paused_partitions_flow_again_when_assigned_back_on_the_mock_cluster(
     )
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_paused_partitions_flow_again_when_assigned_back_on_the_real_broker(
+    protocol: str,
     kafka: str,
     topic_factory: TopicFactory,
     group_id: Callable[[], str],
@@ -123,5 +125,5 @@ def test_paused_partitions_flow_again_when_assigned_back_on_the_real_broker(
     topic = topic_factory(partitions=PARTITIONS)
     produce_numbered(kafka, topic, 2_000)
     _paused_partitions_flow_again_after_a_round_trip(
-        kafka, topic, group_id(), "classic", start_consumer
+        kafka, topic, group_id(), protocol, start_consumer
     )
