@@ -4,9 +4,12 @@ Owns: the records handed over by the Poller and not yet started, for every assig
 the bounds (records and bytes) with their high and low marks, and reporting which partitions
 must be paused or resumed (only the Poller calls ``pause``/``resume``); the ordering rule, as
 lanes: a lane runs at most one record at a time (``partition``: a lane per partition; ``key``:
-a lane per key; ``unordered``: a lane per partition without that limit); round-robin dispatch
-across ready lanes so that no partition or key starves (KIP-41's fairness, applied where the
-work is chosen); the concurrency limit; and waiting for a partition's in-flight records to end.
+a lane per key; ``unordered``: a lane per partition without that limit); dispatch round-robin
+across partitions, then across each partition's ready lanes, so that no partition or key
+starves and a partition with many live keys gets no more turns than one with a single key; the
+concurrency limit; stamping each record taken with its assignment (a run that outlives a
+revoke never finishes a later run of the same offset, and is kept apart for liveness); and
+waiting for a partition's in-flight records to end.
 
 Thread-safe. Does not own running handlers (``executor.py``) or offsets (``offsets.py``).
 
