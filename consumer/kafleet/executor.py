@@ -4,10 +4,13 @@ Owns: the Executor's threads (a pool for plain functions; one event loop for cor
 by one thread), the attempt loop with exponential backoff (``retry.py``), the failure policy
 after the last attempt (dead-letter topic or stop the partition), and reporting each finished
 record: done to the offset tracker first, then finished to the queues, so a revoke that waits
-for the queues always sees the offsets.
+for the queues always sees the offsets. A thread running fast records one after another
+reports them together when its run ends; a reporter thread reports those finished more than
+``REPORT_AFTER_S`` ago, so a slow record never holds back the fast ones before it. The recent
+p99 handler latency, which bounds a revoke's wait, is kept here too.
 
 Does not own choosing the next record or the concurrency limit (``work_queue.py``), nor
-committing (``poller.py``). A poison record delays only its own lane: retries sleep in the
+committing (``commits.py``). A poison record delays only its own lane: retries sleep in the
 thread that holds it, and every other lane keeps its threads.
 """
 
