@@ -85,21 +85,19 @@ def liveness(
             f"(limit {limit:g} s: {poll_share:g} of max_poll_interval_ms)"
         )
     timeout = float(state.get("processing_timeout_s", 300.0))
-    for name, part in sorted(state.get("partitions", {}).items()):
-        oldest = float(part.get("oldest_in_flight_s", 0.0))
+    in_handlers = [
+        (f"{name}: a record", float(part.get("oldest_in_flight_s", 0.0)))
+        for name, part in sorted(state.get("partitions", {}).items())
+    ]
+    in_handlers.append(
+        ("a record of a partition no longer assigned", float(state.get("oldest_abandoned_s", 0.0)))
+    )
+    for what, oldest in in_handlers:
         if oldest > 0 and oldest + age > timeout:
             reasons.append(
-                f"{name}: a record has been in its handler for {oldest + age:.1f} s, "
-                f"since {_at(now - oldest - age)} (processing_timeout_s "
-                f"{timeout:g})"
+                f"{what} has been in its handler for {oldest + age:.1f} s, since "
+                f"{_at(now - oldest - age)} (processing_timeout_s {timeout:g})"
             )
-    abandoned = float(state.get("oldest_abandoned_s", 0.0))
-    if abandoned > 0 and abandoned + age > timeout:
-        reasons.append(
-            f"a record of a partition no longer assigned has been in its handler for "
-            f"{abandoned + age:.1f} s, since {_at(now - abandoned - age)} (processing_timeout_s "
-            f"{timeout:g})"
-        )
     if state.get("fatal_error"):
         reasons.append(f"fatal error: {state['fatal_error']}")
     return Verdict(not reasons, reasons)

@@ -18,8 +18,8 @@ import time
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafleet.offsets import OffsetTracker
+from kafleet.partition_state import TP
 from kafleet.state import Stats
-from kafleet.work_queue import TP
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,11 @@ from kafleet.config import ConsumerConfig
 from kafleet.errors import KafkaClientError
 from kafleet.intake import Intake
 from kafleet.offsets import OffsetTracker
+from kafleet.partition_state import TP
 from kafleet.rebalance import OffsetStore, Rebalance, ResultShipper
 from kafleet.record import Record
 from kafleet.state import Stats
-from kafleet.work_queue import TP, WorkQueues
+from kafleet.work_queue import WorkQueues
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,8 @@ class Poller:
         if self._unacknowledged:
             return  # no periodic commit either: it would cover the records that wait
         if len(self.intake) and not self.closing:
-            self._hand_over(self.intake.take(self.max_poll_records, self.queues.rooms()))
+            # The rooms read before consume(): the queues have only drained since.
+            self._hand_over(self.intake.take(self.max_poll_records, rooms))
         self.committer.maybe_commit()
 
     def _fetch_size(self, rooms: dict[TP, int]) -> int:

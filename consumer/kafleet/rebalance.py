@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from kafleet.work_queue import TP
+from kafleet.partition_state import TP
 
 if TYPE_CHECKING:
     from kafleet.poller import Poller

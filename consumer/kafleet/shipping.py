@@ -28,9 +28,10 @@ from typing import Any, Protocol
 from kafleet.batcher import Batch, BatchBounds, PartitionResults, Row
 from kafleet.errors import ResultError
 from kafleet.offsets import OffsetTracker
+from kafleet.partition_state import TP
 from kafleet.record import Record
 from kafleet.state import Stats
-from kafleet.work_queue import TP, WorkQueues
+from kafleet.work_queue import WorkQueues
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.02  # how often a writer looks for due batches when nothing woke it

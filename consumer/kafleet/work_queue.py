@@ -1,80 +1,31 @@
 """Per-partition bounded work queues, ordering lanes, and fair dispatch to the Executor.
 
-Owns: the records handed over by the Poller and not yet started, for every assigned partition;
-the bounds (records and bytes) with their high and low marks, and reporting which partitions
-must be paused or resumed (only the Poller calls ``pause``/``resume``); the ordering rule, as
-lanes: a lane runs at most one record at a time (``partition``: a lane per partition; ``key``:
-a lane per key; ``unordered``: a lane per partition without that limit); dispatch round-robin
-across partitions, then across each partition's ready lanes, so that no partition or key
-starves and a partition with many live keys gets no more turns than one with a single key; the
-concurrency limit; stamping each record taken with its assignment (a run that outlives a
-revoke never finishes a later run of the same offset, and is kept apart for liveness); and
-waiting for a partition's in-flight records to end.
-
-Thread-safe. Does not own running handlers (``executor.py``) or offsets (``offsets.py``).
+Owns, under one lock: the records handed over by the Poller and not yet started, for every
+assigned partition; reporting which partitions must be paused or resumed (the rule is
+``partition_state.py``'s; only the Poller calls ``pause``/``resume``); the ordering rule as
+lanes (``partition``: a lane per partition; ``key``: a lane per key; ``unordered``: a lane per
+partition without the one-at-a-time limit); dispatch round-robin across partitions, then
+across each partition's ready lanes, so a partition with many live keys gets no more turns
+than one with a single key; the concurrency limit; stamping each record taken with its
+assignment (a run that outlives a revoke never finishes a later run of the same offset, and is
+kept apart for liveness); and waiting for a partition's in-flight records to end.
 
 Results a sink has not written yet are *held* against their partition's bounds (``hold``,
-``unhold``), so a slow sink fills the queues and pauses partitions instead of growing memory.
-
-The record bound is strict: the Poller asks :meth:`WorkQueues.rooms` how many records each
-queue may still take, and hands none more, so no queue ever holds more than ``max_records``
-(or, with ``queue.max_seconds``, what the partition handles in that many seconds at its
-measured rate). The byte bound may be passed by one poll's records.
+``unhold``). The record bound is strict: the Poller hands a partition no more than
+:meth:`WorkQueues.rooms` says; the byte bound may be passed by one poll's records. Does not own
+running handlers (``executor.py``) or offsets (``offsets.py``).
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from kafleet.config import Ordering, QueueBounds
+from kafleet.partition_state import TP, Lane, LaneKey, PartitionState
 from kafleet.record import Record
-
-TP = tuple[str, int]
-MIN_RECORD_BOUND = 10  # queue.max_seconds never bounds a partition below this many records
-RATE_WINDOW_S = 1.0  # queue.max_seconds: the window of one rate measurement
-LaneKey = tuple[str, int, bytes | None] | tuple[str, int]
-
-
-@dataclass(eq=False)
-class _Lane:
-    key: LaneKey
-    limit: int  # records of this lane that may run at once
-    records: deque[Record] = field(default_factory=deque)
-    in_flight: int = 0
-    in_ready: bool = False
-
-    @property
-    def ready(self) -> bool:
-        return bool(self.records) and self.in_flight < self.limit
-
-
-@dataclass(eq=False)
-class _Partition:
-    tp: TP
-    queued: int = 0
-    queued_bytes: int = 0
-    in_flight: int = 0
-    held: int = 0  # results done and waiting for the sink
-    held_bytes: int = 0
-    paused: bool = False
-    closed: bool = False  # revoked, lost or stopped: nothing more is dispatched
-    stopped_reason: str | None = None
-    lanes: dict[LaneKey, _Lane] = field(default_factory=dict)
-    ready: deque[_Lane] = field(default_factory=deque)  # lanes with a record that may run
-    in_ready: bool = False  # in WorkQueues._ready
-    highest_taken: int = -1  # the highest offset ever taken from this queue
-    completed: int = 0  # records finished since rate_since (for queue.max_seconds)
-    rate_since: float = field(default_factory=time.monotonic)
-    rate: float | None = None  # records a second, measured (None: not yet)
-    # In-flight offset -> (start time, the record taken). A completion counts only if it is
-    # the very record taken from this assignment of the partition: after a revoke and a new
-    # assignment the same offset may run again, and the old run must not finish the new one.
-    started: dict[int, tuple[float, Record]] = field(default_factory=dict)
 
 
 class WorkQueues:
@@ -85,11 +36,11 @@ class WorkQueues:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # a record may be ready to take
         self._idle = threading.Condition(self._lock)  # in-flight records finished
-        self._partitions: dict[TP, _Partition] = {}
+        self._partitions: dict[TP, PartitionState] = {}
         # Partitions with a ready lane, served round-robin; each serves its lanes round-robin
         # in turn, so a partition with a thousand live keys gets one turn per round like a
         # partition with one.
-        self._ready: deque[_Partition] = deque()
+        self._ready: deque[PartitionState] = deque()
         self._in_flight = 0  # records taken and not completed
         self._busy = 0  # runs taken and not released: what the concurrency limit counts
         self._closed = False
@@ -101,7 +52,7 @@ class WorkQueues:
     def assign(self, tps: Iterable[TP]) -> None:
         with self._lock:
             for tp in tps:
-                self._partitions.setdefault(tp, _Partition(tp))
+                self._partitions.setdefault(tp, PartitionState(tp))
 
     def close_partitions(self, tps: Iterable[TP]) -> int:
         """Stop dispatching from these partitions and drop their queued records (revoke or
@@ -173,7 +124,7 @@ class WorkQueues:
             if added:
                 self._work.notify(added)
 
-    def _lane(self, part: _Partition, record: Record) -> _Lane:
+    def _lane(self, part: PartitionState, record: Record) -> Lane:
         if self.ordering == "key":
             key: LaneKey = (record.topic, record.partition, record.key)
         else:
@@ -181,27 +132,14 @@ class WorkQueues:
         lane = part.lanes.get(key)
         if lane is None:
             limit = 1 if self.ordering != "unordered" else 1 << 30
-            lane = part.lanes[key] = _Lane(key, limit)
+            lane = part.lanes[key] = Lane(key, limit)
         return lane
 
     def rooms(self) -> dict[TP, int]:
         """Per open partition, how many more records its queue may take now (the strict
         record bound: a poll hands a partition no more than this)."""
         with self._lock:
-            return {
-                tp: max(0, self._max_records(p) - p.queued - p.held)
-                for tp, p in self._partitions.items()
-                if not p.closed
-            }
-
-    def _max_records(self, p: _Partition) -> int:
-        """The partition's record bound: ``max_records``, or with ``max_seconds`` what it
-        handles in that long at its measured rate (at least MIN_RECORD_BOUND)."""
-        seconds = self.bounds.max_seconds
-        if seconds is None or p.rate is None:
-            return self.bounds.max_records
-        wanted = max(MIN_RECORD_BOUND, math.ceil(p.rate * seconds))
-        return min(self.bounds.max_records, wanted)
+            return {tp: p.room(self.bounds) for tp, p in self._partitions.items() if not p.closed}
 
     def transitions(
         self, headroom: int = 0, staged: Mapping[TP, tuple[int, int]] | None = None
@@ -215,43 +153,15 @@ class WorkQueues:
         """
         pause, resume = [], []
         staged = staged or {}
-        low_bytes = self.bounds.max_bytes * self.bounds.resume_at
         now = time.monotonic()
         with self._lock:
             for tp, p in self._partitions.items():
-                if p.stopped_reason is not None and not p.paused:
-                    p.paused = True  # a stopped partition fetches nothing more
+                verdict = p.judge(self.bounds, headroom, staged.get(tp, (0, 0)), now)
+                if verdict == "pause":
                     pause.append(tp)
-                if p.closed:
-                    continue
-                self._measure_rate(p, now)
-                bound = self._max_records(p)
-                high_records = bound - min(headroom, bound // 2)
-                low_records = high_records * self.bounds.resume_at
-                waiting, waiting_bytes = staged.get(tp, (0, 0))
-                records = p.queued + p.held + waiting
-                size = p.queued_bytes + p.held_bytes + waiting_bytes
-                full = records >= high_records or size >= self.bounds.max_bytes
-                if not p.paused and full:
-                    p.paused = True
-                    pause.append(tp)
-                elif p.paused and records <= low_records and size <= low_bytes:
-                    p.paused = False
+                elif verdict == "resume":
                     resume.append(tp)
         return pause, resume
-
-    def _measure_rate(self, p: _Partition, now: float) -> None:
-        """With ``max_seconds``: the partition's handling rate, a moving average over windows
-        of RATE_WINDOW_S (counted while it had work; an idle partition keeps its rate)."""
-        if self.bounds.max_seconds is None:
-            return
-        elapsed = now - p.rate_since
-        if elapsed < RATE_WINDOW_S:
-            return
-        if p.completed or p.queued:
-            sample = p.completed / elapsed
-            p.rate = sample if p.rate is None else p.rate + (sample - p.rate) * 0.5
-        p.completed, p.rate_since = 0, now
 
     # -- the Executor's side ---------------------------------------------------------------
 
@@ -278,7 +188,7 @@ class WorkQueues:
                     return []
                 self._work.wait(remaining)
 
-    def _make_ready(self, part: _Partition, lane: _Lane) -> None:
+    def _make_ready(self, part: PartitionState, lane: Lane) -> None:
         """Put a lane that may run in its partition's line, and the partition in the line of
         partitions (unless it is there already)."""
         if lane.in_ready or not lane.ready or part.closed:
@@ -347,7 +257,7 @@ class WorkQueues:
         return part is not None and self._owns(part, record)
 
     @staticmethod
-    def _owns(part: _Partition, record: Record) -> bool:
+    def _owns(part: PartitionState, record: Record) -> bool:
         entry = part.started.get(record.offset)
         return entry is not None and entry[1] is record
 
@@ -466,7 +376,7 @@ class WorkQueues:
                     "in_flight": p.in_flight,
                     "held": p.held,
                     "paused": p.paused,
-                    "queue_bound": self._max_records(p),
+                    "queue_bound": p.record_bound(self.bounds),
                     "stopped": p.stopped_reason,
                     "revoking": p.closed and p.stopped_reason is None,
                     "oldest_in_flight_s": (
