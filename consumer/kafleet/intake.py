@@ -77,6 +77,11 @@ class Intake:
         self._forget_empty()
         return taken
 
+    def any_for(self, rooms: Mapping[TP, int]) -> bool:
+        """Whether a partition with waiting records has room for some: the next take would
+        hand something over (so the Poller must not wait for new records first)."""
+        return any(rooms.get(tp, 0) > 0 for tp in self._staged)
+
     def drop(self, tps: Iterable[TP]) -> int:
         """Forget partitions' waiting records (revoked, lost or rewound); how many."""
         dropped = 0
