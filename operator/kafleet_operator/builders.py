@@ -113,6 +113,8 @@ def _member_env(parsed: ParsedSpec) -> list[Obj]:
     ]
 
 
+IMAGE_USER = 65532  # the Dockerfile's USER: non-root, as in distroless images
+
 RESTRICTED = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
@@ -141,7 +143,10 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
     worker_container: Obj = {
         "name": "worker",
         "image": fleet.image,
-        "args": ["kafleet", "worker", "--config", f"{CONFIG_DIR}/worker.yaml"],
+        # `command` names the program, whatever the image's entrypoint (kafleet's own is
+        # `kafleet`; a handler's image built from a plain Python base may have none).
+        "command": ["kafleet"],
+        "args": ["worker", "--config", f"{CONFIG_DIR}/worker.yaml"],
         "env": _secret_env(parsed) + _member_env(parsed),
         "resources": {k: v for k, v in fleet.resources.model_dump().items() if v},
         "securityContext": copy.deepcopy(RESTRICTED),
@@ -154,8 +159,8 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
     sidecar: Obj = {
         "name": "sidecar",
         "image": fleet.sidecar_image or fleet.image,
+        "command": ["kafleet"],
         "args": [
-            "kafleet",
             "sidecar",
             "--state-file",
             STATE_FILE,
@@ -175,7 +180,13 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
         "terminationGracePeriodSeconds": int(worker.shutdown_grace_s) + 15,
         # The sidecar sees the worker's process: "process N is gone" beats a stale file.
         "shareProcessNamespace": True,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
+        # kafleet's image user; fsGroup makes the emptyDirs writable for it.
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": IMAGE_USER,
+            "runAsGroup": IMAGE_USER,
+            "fsGroup": IMAGE_USER,
+        },
         "volumes": [
             {"name": "config", "configMap": {"name": f"{name}-worker"}},
             {"name": "state", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},

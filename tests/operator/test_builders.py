@@ -55,7 +55,9 @@ def test_the_deployment_runs_worker_and_sidecar_restricted_with_probes_and_a_dra
     pod = deployment["spec"]["template"]["spec"]
     worker, sidecar = pod["containers"]
     assert deployment["spec"]["replicas"] == 3
-    assert worker["args"][:2] == ["kafleet", "worker"]
+    # What the container runs, whatever the image's entrypoint: `kafleet worker`, once.
+    assert [*worker["command"], *worker["args"][:1]] == ["kafleet", "worker"]
+    assert [*sidecar["command"], *sidecar["args"][:1]] == ["kafleet", "sidecar"]
     assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
     for container in (worker, sidecar):
