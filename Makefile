@@ -11,13 +11,23 @@ PYTHON ?= python3
 VENV ?= .venv
 # Extra arguments for pytest.
 PYTEST_ARGS ?=
-# The container image that `make docker-build` would tag.
-IMG ?= kafleet:dev
+# kafleet's version, from consumer/kafleet/__init__.py: the images' tag and version label.
+VERSION ?= $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' consumer/kafleet/__init__.py)
+# The images that `make image` builds: the default target, and `--target spark`.
+IMG ?= kafleet:$(VERSION)
+IMG_SPARK ?= kafleet-spark:$(VERSION)
+# The images' base, if not the Dockerfile's python:3.11-slim-bookworm (a mirror, a pinned digest).
+BASE_IMAGE ?=
+# docker (only if `docker info` reaches an engine), else podman, else buildah.
+CONTAINER_TOOL ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
+  elif command -v podman >/dev/null 2>&1; then echo podman; \
+  elif command -v buildah >/dev/null 2>&1; then echo buildah; fi)
 
 PY := $(VENV)/bin/python
 KAFKA := $(PY) -m tests.infra.kafka
 DELTA_JARS := .cache/spark/delta-4.4.0
 K8S := $(PY) -m tests.infra.k8s
+NODE := $(PY) -m tests.infra.node
 
 ##@ General
 
@@ -51,10 +61,30 @@ fmt: venv ## Format the code and apply ruff's safe fixes.
 	$(PY) -m ruff format consumer operator tests bench examples
 	$(PY) -m ruff check --fix consumer operator tests bench examples
 
+##@ Images (docker, podman or buildah; see the Dockerfile's header)
+
+.PHONY: image
+image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Spark and Delta) with CONTAINER_TOOL.
+	@case "$(CONTAINER_TOOL)" in \
+	  "") echo "error: no container tool found: install docker (with a running engine)," \
+	       "podman or buildah, or set CONTAINER_TOOL" >&2; exit 1;; \
+	  *buildah) build="$(CONTAINER_TOOL) bud --layers --network host";; \
+	  *docker) build="env DOCKER_BUILDKIT=1 $(CONTAINER_TOOL) build";; \
+	  *) build="$(CONTAINER_TOOL) build";; \
+	esac; \
+	set -- $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
+	  --build-arg VERSION=$(VERSION) \
+	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+	  --build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+	  --build-arg SOURCE="$$(git remote get-url origin 2>/dev/null || true)"; \
+	set -x; \
+	$$build "$$@" -t $(IMG) .; \
+	$$build "$$@" --target spark -t $(IMG_SPARK) .
+
 ##@ Test
 
 .PHONY: test
-test: lint jars delta-jars k8s-tools prometheus ## Set everything up, lint, and run every test against the real test bed.
+test: lint jars delta-jars k8s-tools prometheus node-tools ## Set everything up, lint, and run every test against the real test bed.
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
@@ -103,6 +133,52 @@ k8s-up: k8s-tools ## Start a development control plane (reused if running); prin
 k8s-down: venv ## Stop the development control plane.
 	$(K8S) down
 
+.PHONY: node-tools
+node-tools: k8s-tools ## Install containerd, runc, CNI plugins, buildah, mmdebstrap, iptables (Debian, needs root); build the pause image (once).
+	@$(NODE) tools >/dev/null
+
+.PHONY: node-up
+node-up: node-tools k8s-up ## Start a real node (containerd, runc, kubelet, kube-proxy; root) on the development control plane.
+	$(NODE) up
+
+.PHONY: node-down
+node-down: venv ## Stop the development real node (and undo what it changed on the machine).
+	$(NODE) down
+
+.PHONY: images
+images: venv ## Build the real node's images with mmdebstrap and buildah (root; once per code change); prints the tarballs.
+	$(PY) -m tests.infra.images build
+
+##@ On a cluster of your own (needs Docker; cannot run on the test bed's machines)
+
+KIND_VERSION ?= v0.33.0
+KIND_CLUSTER ?= kafleet-e2e
+KIND := .cache/kind/$(KIND_VERSION)/kind
+KIND_KUBECONFIG := .cache/kind/$(KIND_CLUSTER).kubeconfig
+
+$(KIND):
+	GOBIN=$(abspath $(dir $@)) GOTOOLCHAIN=local go install sigs.k8s.io/kind@$(KIND_VERSION)
+
+.PHONY: kind-e2e
+kind-e2e: venv jars k8s-tools $(KIND) ## Build the images with Docker, load them into a kind cluster, run tests/e2e/ there (the chart is installed with helm).
+	@docker info >/dev/null 2>&1 || { echo "error: kind-e2e needs a running Docker engine" >&2; exit 1; }
+	$(MAKE) image CONTAINER_TOOL=docker
+	docker build -t kafleet-examples:$(VERSION) --build-arg KAFLEET_IMAGE=$(IMG) examples
+	docker build -t kafleet-examples-spark:$(VERSION) --build-arg KAFLEET_IMAGE=$(IMG_SPARK) examples
+	$(KIND) get clusters | grep -qx '$(KIND_CLUSTER)' || \
+	  $(KIND) create cluster --name $(KIND_CLUSTER) --kubeconfig $(KIND_KUBECONFIG) --wait 120s
+	$(KIND) export kubeconfig --name $(KIND_CLUSTER) --kubeconfig $(KIND_KUBECONFIG)
+	$(KIND) load docker-image --name $(KIND_CLUSTER) $(IMG) kafleet-examples:$(VERSION) \
+	  kafleet-examples-spark:$(VERSION)
+	@# Pods reach the host's test broker at the gateway of kind's Docker network.
+	KAFLEET_E2E_KUBECONFIG=$(abspath $(KIND_KUBECONFIG)) \
+	KAFLEET_E2E_BROKER_HOST=$$(docker network inspect kind -f '{{(index .IPAM.Config 0).Gateway}}') \
+	  $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster of kind-e2e.
+	-$(KIND) delete cluster --name $(KIND_CLUSTER)
+
 ##@ Demo
 
 .PHONY: demo
@@ -115,6 +191,7 @@ demo: kafka-up delta-jars ## Start a broker, round-trip records, bill slow order
 .PHONY: clean
 clean: ## Stop the development broker and control plane, remove caches of the tools (keeps .cache and .venv).
 	-@[ -x $(PY) ] && $(KAFKA) down || true
+	-@[ -x $(PY) ] && $(NODE) down || true
 	-@[ -x $(PY) ] && $(K8S) down || true
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist bench/results
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +

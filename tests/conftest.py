@@ -33,10 +33,12 @@ from kubernetes.client import ApiClient
 from pyspark.sql import SparkSession
 
 from kafleet import ConsumerConfig, ParallelConsumer, load_config
+from tests.infra import images, node_host, node_runtime, processes
 from tests.infra import k8s as k8s_infra
 from tests.infra import kafka as kafka_infra
-from tests.infra import processes
+from tests.infra import node as node_infra
 from tests.infra import spark as spark_infra
+from tests.infra.kafka import TestbedError
 from tests.infra.records import ProduceReport, produce_numbered
 
 _broker: kafka_infra.KafkaBroker | None = None
@@ -153,12 +155,50 @@ def k8s() -> Iterator[K8s]:
         plane.stop()
 
 
+@pytest.fixture(scope="session")
+def host_sysctls() -> dict[str, str]:
+    """The machine-wide sysctls a node could change, as they were before any node started."""
+    names = (*node_runtime.KUBELET_SYSCTLS, node_infra.IP_FORWARD)
+    return {name: node_host.read_sysctl(name) for name in names}
+
+
+@pytest.fixture(scope="session")
+def real_node(k8s: K8s, host_sysctls: dict[str, str]) -> Iterator[node_infra.RealNode]:
+    """A real node (kubelet, containerd, runc, kube-proxy: ``tests/infra/node.py``) on the
+    session's control plane, tainted for the tests that ask for it, with the project's images
+    built from its own Dockerfile and imported. Stopped after the session, which then fails if
+    the machine is not as it was (a bridge, cgroups, processes, iptables rules, sysctls)."""
+    started = time.monotonic()
+    try:
+        # Every image but the bare Spark one, which only the examples' Spark image builds on.
+        built = {ref: tar for ref, tar in images.build_all().items() if ref != images.SPARK_IMAGE}
+        node = node_infra.start_node(k8s.plane, node_infra.session_workdir(), images=built)
+    except TestbedError as exc:
+        pytest.fail(f"the test bed could not start a real node: {exc}", pytrace=False)
+    print(
+        f"\nthe real node is Ready with the project's images in {time.monotonic() - started:.1f} s"
+    )
+    try:
+        yield node
+    finally:
+        made = list(node.made_dirs)
+        stopping = time.monotonic()
+        node.stop()
+        print(f"\nthe real node stopped in {time.monotonic() - stopping:.1f} s")
+        left = node_host.leftovers(node.workdir, made, host_sysctls)
+        if left:
+            pytest.fail(f"the stopped real node left on the machine: {left}", pytrace=False)
+
+
 @pytest.fixture
 def namespace(k8s: K8s, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for one test, deleted (without waiting) after it."""
     unique = _unique("ns", request)
     name = f"{unique[:54].rstrip('-')}-{unique[-8:]}".lower()  # the suffix keeps it unique
     k8s.kubectl("create", "namespace", name)
+    # Pods are admitted only once the namespace's default ServiceAccount exists, as on a real
+    # cluster; the controller manager makes it within a moment.
+    k8s.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=30s")
     yield name
     k8s.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

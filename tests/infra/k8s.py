@@ -11,8 +11,10 @@ Running. Everything lives in one run folder under
 
 Does not own: the binaries (``k8s_build.py``) or anything a test puts in the cluster.
 
-The apiserver's flags follow controller-runtime's envtest (RBAC on, the ServiceAccount admission
-plugin off so pods need no token, a 10.0.0.0/24 service range). Unlike envtest it also runs the
+The apiserver's flags follow controller-runtime's envtest (RBAC on, a 10.0.0.0/24 service
+range), but keep the ServiceAccount admission plugin on, as a real cluster does: pods on the real
+node (``node.py``) get a token and talk to the apiserver with their in-cluster configuration, at
+the node's bridge gateway, where it listens too. Unlike envtest it also runs the
 controller manager (Deployments get ReplicaSets and Pods, garbage collection follows owner
 references), the scheduler (pods are bound to nodes), and kwok (nodes and pods come alive).
 
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.infra import k8s_build, pki, processes
-from tests.infra.kafka import LOOPBACK, TestbedError, free_port
+from tests.infra.kafka import LOOPBACK, POD_GATEWAY, TestbedError, free_port
 
 RUNS = k8s_build.CACHE / "runs"
 DEV_WORKDIR = k8s_build.CACHE / "dev"
@@ -129,9 +131,13 @@ class ControlPlane:
         return [
             str(bin_dir / "kube-apiserver"),
             f"--etcd-servers=http://{LOOPBACK}:{self.ports['etcd']}",
-            f"--bind-address={LOOPBACK}",
-            f"--advertise-address={LOOPBACK}",
+            # Every address, so that pods on the real node reach it at the bridge's gateway, which
+            # is also what the `kubernetes` Service's endpoint says (kube-proxy routes to it).
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={POD_GATEWAY}",
             f"--secure-port={self.ports['apiserver']}",
+            # The real node's name does not resolve: reach its kubelet (logs, exec) by its IP.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={certs / 'apiserver.crt'}",
             f"--tls-private-key-file={certs / 'apiserver.key'}",
@@ -140,7 +146,6 @@ class ControlPlane:
             "--authorization-mode=RBAC",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={certs / 'sa.pub'}",
             f"--service-account-signing-key-file={certs / 'sa.key'}",
@@ -188,7 +193,7 @@ class ControlPlane:
             f"--kubeconfig={self.kubeconfig}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            "--cidr=10.244.0.0/16",
+            "--cidr=10.250.0.0/16",  # fake pod IPs, apart from the real node's 10.244.0.0/24
             "--node-ip=10.0.0.2",
             f"--server-address={LOOPBACK}:{self.ports['kwok']}",
             # kwok holds and renews a Lease per node only with this (its default is 0: none);

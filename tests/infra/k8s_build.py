@@ -2,7 +2,8 @@
 
 Owns: the scratch Go module in ``tests/infra/k8s-tools/`` (its ``go.mod`` replace list is
 generated here from ``k8s.io/kubernetes``'s own go.mod, never typed by hand), and building
-``kube-apiserver``, ``kube-controller-manager``, ``kube-scheduler``, ``kubectl`` and ``etcd``
+``kube-apiserver``, ``kube-controller-manager``, ``kube-scheduler``, ``kubectl``, the real
+node's ``kubelet`` and ``kube-proxy``, and ``etcd``
 with ``go build``, and ``helm`` and ``kwok`` with ``go install``, all at pinned versions, with
 ``GOTOOLCHAIN=local``. A finished build is reused until the versions or go.mod change.
 
@@ -38,7 +39,14 @@ KWOK_VERSION = "v0.8.0"
 MODULE_DIR = Path(__file__).with_name("k8s-tools")
 CACHE = REPO_ROOT / ".cache" / "k8s" / K8S_VERSION
 BIN = CACHE / "bin"
-COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+COMMANDS = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "kube-proxy",
+)
 BINARIES = (*COMMANDS, "etcd", "helm", "kwok")
 MODULE_NAME = "kafleet.io/testbed/k8s-tools"
 

@@ -49,6 +49,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE = REPO_ROOT / ".cache" / "kafka"
 POM = Path(__file__).with_name("kafka-pom.xml")
 LOOPBACK = "127.0.0.1"
+# The real node's pod bridge (tests/infra/node.py): pods reach the host at its gateway address.
+POD_GATEWAY = "10.244.0.1"
+POD_SUBNET = "10.244.0.0/24"
+# Where pods reach this host: the bridge's gateway on the test bed; on a user's cluster
+# (make kind-e2e) the host's address on that cluster's network.
+PODS_HOST = os.environ.get("KAFLEET_E2E_BROKER_HOST", POD_GATEWAY)
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
@@ -164,7 +170,9 @@ class KafkaBroker:
 
     ``start`` formats the storage the first time; ``stop`` then ``start`` restarts the same node
     with its data, on the same ports, which is what broker-outage tests need. ``sasl_port`` 0
-    means no SASL listener.
+    means no SASL listener. ``pods_port`` is a listener for the real node's pods: bound on every
+    address (so it serves whether or not the node's bridge exists yet) and advertised as the
+    bridge's gateway, the host address pods reach; 0 means none.
     """
 
     workdir: Path
@@ -173,10 +181,18 @@ class KafkaBroker:
     version: str = KAFKA_VERSION
     pid: int | None = None
     sasl_port: int = 0
+    pods_port: int = 0
 
     @property
     def bootstrap(self) -> str:
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def pods_bootstrap(self) -> str:
+        """The address pods on the real node use (they cannot reach the host's loopback)."""
+        if not self.pods_port:
+            raise TestbedError("this broker was started without a listener for pods")
+        return f"{PODS_HOST}:{self.pods_port}"
 
     @property
     def sasl(self) -> SaslListener:
@@ -192,11 +208,13 @@ class KafkaBroker:
     def _config_path(self) -> Path:
         return self.workdir / "server.properties"
 
-    def _listeners(self) -> str:
+    def _listeners(self, advertised: bool = False) -> str:
         sasl = f"SASL_PLAINTEXT://{LOOPBACK}:{self.sasl_port}," if self.sasl_port else ""
+        pods_host = PODS_HOST if advertised else "0.0.0.0"
+        pods = f",PODS://{pods_host}:{self.pods_port}" if self.pods_port else ""
         return (
             f"PLAINTEXT://{LOOPBACK}:{self.port},{sasl}"
-            f"CONTROLLER://{LOOPBACK}:{self.controller_port}"
+            f"CONTROLLER://{LOOPBACK}:{self.controller_port}{pods}"
         )
 
     def _sasl_properties(self) -> dict[str, str | int]:
@@ -221,11 +239,11 @@ class KafkaBroker:
             "node.id": 1,
             "controller.quorum.bootstrap.servers": f"{LOOPBACK}:{self.controller_port}",
             "listeners": self._listeners(),
-            "advertised.listeners": self._listeners(),
+            "advertised.listeners": self._listeners(advertised=True),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,PODS:PLAINTEXT",
             **self._sasl_properties(),
             "log.dirs": str(self.workdir / "data"),
             # One node: every internal topic must have replication factor 1, or it never forms.
@@ -384,6 +402,7 @@ class KafkaBroker:
             "pid": self.pid,
             "version": self.version,
             "sasl_port": self.sasl_port,
+            "pods_port": self.pods_port,
         }
         (self.workdir / "broker.json").write_text(json.dumps(state))
 
@@ -401,6 +420,7 @@ class KafkaBroker:
             state["version"],
             state["pid"],
             state.get("sasl_port", 0),
+            state.get("pods_port", 0),
         )
 
 
@@ -408,7 +428,9 @@ def start_broker(workdir: Path) -> KafkaBroker:
     """A fresh node in ``workdir`` (emptied first), started, with share groups enabled."""
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    broker = KafkaBroker(workdir, free_port(), free_port(), sasl_port=free_port())
+    broker = KafkaBroker(
+        workdir, free_port(), free_port(), sasl_port=free_port(), pods_port=free_port()
+    )
     broker.start()
     try:
         broker.ensure_share_groups()

@@ -1,7 +1,8 @@
 """The TLS material of the Kubernetes test bed, made with ``openssl``.
 
 Owns: a CA, the apiserver's serving certificate (valid for the loopback address and the
-in-cluster names of the ``kubernetes`` service) and the service-account signing key pair.
+in-cluster names and address of the ``kubernetes`` service, and the real node's bridge gateway,
+where pods reach the apiserver) and the service-account signing key pair.
 Does not own: where they are used (``k8s.py`` passes them to the control plane's flags).
 """
 
@@ -11,7 +12,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.infra.kafka import TestbedError
+from tests.infra.kafka import POD_GATEWAY, TestbedError
+
+# The first address of the control plane's service range: the ``kubernetes`` Service, which
+# in-cluster clients (the operator in a pod) dial.
+KUBERNETES_SERVICE_IP = "10.0.0.1"
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -46,7 +51,7 @@ def make(pki: Path) -> None:
         cwd=pki,
     )
     (pki / "serving.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
+        f"subjectAltName=IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},IP:{POD_GATEWAY},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
         "DNS:kubernetes.default.svc.cluster.local\n"
         "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"

@@ -1,0 +1,3 @@
+module kafleet.io/testbed/pause
+
+go 1.22
