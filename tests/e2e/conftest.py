@@ -1,0 +1,144 @@
+"""Fixtures of the end-to-end tests: the fleet as a user runs it, on a node that runs containers.
+
+Owns: the cluster the tests use (``fleet_cluster``): by default the session's control plane with
+the real node attached (kubelet, containerd, runc: ``tests/infra/node.py``) and the project's
+images built from its own Dockerfile and imported (``tests/infra/images.py``); with
+``KAFLEET_E2E_KUBECONFIG`` set, a cluster of the user's (``make kind-e2e``), with the images
+already loaded. Also the operator installed from the chart with ``helm install`` (``operator``,
+one release per session: the chart's ClusterRoles have fixed names), the namespace it watches
+(``fleet_namespace``), and the broker's address as pods see it (``pod_kafka``).
+
+Does not own the test bed's parts (``tests/infra/``) nor the checks (the test modules).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, K8s
+from tests.e2e.fleet import Cluster, Images
+from tests.infra.kafka import KafkaBroker
+
+# A user's own cluster instead of the test bed's (make kind-e2e), and how its pods reach the
+# host's test broker.
+EXTERNAL_KUBECONFIG = os.environ.get("KAFLEET_E2E_KUBECONFIG", "")
+NODE_LABEL = "kafleet.io/real-node"
+# Pods of the end-to-end tests go to the real node, never to kwok's fake ones (and the real
+# node's taint keeps every other test's pods off it).
+ON_REAL_NODE: dict[str, Any] = {
+    "nodeSelector": {NODE_LABEL: "true"},
+    "tolerations": [{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+@pytest.fixture(scope="session")
+def fleet_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The test bed's control plane with the real node and the project's images on it, or
+    the cluster ``KAFLEET_E2E_KUBECONFIG`` names."""
+    if EXTERNAL_KUBECONFIG:
+        version = _version()
+        yield Cluster(
+            Path(EXTERNAL_KUBECONFIG),
+            Images(
+                f"kafleet:{version}",
+                f"kafleet-spark:{version}",
+                f"kafleet-examples:{version}",
+                f"kafleet-examples-spark:{version}",
+                "IfNotPresent",
+            ),
+            placement={},
+        )
+        return
+    from tests.infra import images
+
+    request.getfixturevalue("real_node")
+    k8s: K8s = request.getfixturevalue("k8s")
+    yield Cluster(
+        k8s.kubeconfig,
+        Images(
+            images.KAFLEET_IMAGE,
+            images.SPARK_IMAGE,
+            images.EXAMPLES_IMAGE,
+            images.EXAMPLES_SPARK_IMAGE,
+            "Never",
+        ),
+        placement=ON_REAL_NODE,
+    )
+
+
+def _version() -> str:
+    from kafleet import __version__
+
+    return __version__
+
+
+@pytest.fixture(scope="session")
+def pod_kafka(kafka_broker: KafkaBroker) -> str:
+    """The broker's bootstrap address as pods reach it (its listener for pods, advertised at the
+    pod bridge's gateway, or at ``KAFLEET_E2E_BROKER_HOST`` on a user's cluster)."""
+    return kafka_broker.pods_bootstrap
+
+
+@pytest.fixture(scope="session")
+def fleet_namespace(fleet_cluster: Cluster) -> Iterator[str]:
+    """The namespace whose ConsumerGroups the chart's operator manages."""
+    name = f"e2e-fleet-{os.getpid()}"
+    fleet_cluster.kubectl("create", "namespace", name)
+    fleet_cluster.kubectl(
+        "wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=30s"
+    )
+    yield name
+    fleet_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    watched: str
+
+
+@pytest.fixture(scope="session")
+def operator(
+    fleet_cluster: Cluster, fleet_namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
+    """``helm install`` of the chart with the built image: the operator runs as a pod, with the
+    chart's RBAC and its in-cluster configuration, watching ``fleet_namespace``."""
+    release = Release("kafleet", f"kafleet-system-{os.getpid()}", fleet_namespace)
+    repository, _, tag = fleet_cluster.images.kafleet.rpartition(":")
+    values = {
+        "image": {
+            "repository": repository,
+            "tag": tag,
+            "pullPolicy": fleet_cluster.images.pull_policy,
+        },
+        "watchNamespaces": [fleet_namespace],
+        "intervalSeconds": 2,
+        **fleet_cluster.placement,
+    }
+    values_file = tmp_path_factory.mktemp("helm") / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    fleet_cluster.helm(
+        "install",
+        release.name,
+        str(REPO / "charts" / "kafleet"),
+        "-n",
+        release.namespace,
+        "--create-namespace",
+        "-f",
+        str(values_file),
+        "--wait",
+        "--timeout=180s",
+    )
+    try:
+        yield release
+    finally:
+        fleet_cluster.helm("uninstall", release.name, "-n", release.namespace, "--wait")
+        fleet_cluster.kubectl("delete", "namespace", release.namespace, "--wait=false")

@@ -1,0 +1,266 @@
+"""What the end-to-end tests do to a fleet: write orders, apply a ConsumerGroup, read pods, their
+logs and their group's offsets. Plain helpers over ``kubectl`` and the broker; no fixtures."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.infra import k8s_build
+from tests.infra.waiting import wait_until
+
+BILLED = re.compile(r"billed order (\d+) of ")
+
+
+@dataclass(frozen=True)
+class Images:
+    """The image references the tests run (each already present on the node)."""
+
+    kafleet: str
+    spark: str
+    examples: str
+    examples_spark: str
+    pull_policy: str
+
+
+@dataclass
+class Cluster:
+    """A cluster whose pods really run: its kubeconfig, kubectl and helm, and what they run."""
+
+    kubeconfig: Path
+    images: Images
+    placement: dict[str, Any]
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        done = subprocess.run(
+            [str(k8s_build.BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+        return done.stdout
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def helm(self, *args: str) -> str:
+        done = subprocess.run(
+            [str(k8s_build.BIN / "helm"), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed: {done.stderr.strip()}")
+        return done.stdout
+
+
+def produce_orders(kafka: str, topic: str, first: int, count: int) -> set[int]:
+    """Orders ``first .. first+count-1`` as examples/orders.py reads them, keyed by customer."""
+    producer = Producer({"bootstrap.servers": kafka, "linger.ms": 5})
+    for order in range(first, first + count):
+        customer = f"customer-{order % 13}"
+        value = {"order": order, "customer": customer, "amount": round(order * 1.25, 2)}
+        producer.produce(topic, key=customer, value=json.dumps(value))
+    left = producer.flush(30)
+    assert left == 0, f"{left} orders were not acknowledged"
+    return set(range(first, first + count))
+
+
+def consumer_group(name: str, image: str, kafka: str, topic: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kafleet.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "image": image,
+            "handler": "orders:bill",
+            "bootstrap_servers": kafka,
+            "group_id": name,
+            "topics": [topic],
+            "concurrency": 8,
+            **spec,
+        },
+    }
+
+
+def apply(cluster: Cluster, namespace: str, manifest: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+
+
+def pods(cluster: Cluster, namespace: str, group: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = cluster.json(
+        "get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={group}"
+    )["items"]
+    return found
+
+
+def wait_pods_ready(cluster: Cluster, namespace: str, group: str, count: int) -> list[str]:
+    """Wait until ``count`` pods of the group are Ready (the kubelet's probes passed)."""
+
+    def ready() -> bool:
+        live = [
+            p for p in pods(cluster, namespace, group) if not p["metadata"].get("deletionTimestamp")
+        ]
+        return len(live) == count and all(
+            any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions", [])
+            )
+            for p in live
+        )
+
+    wait_until(ready, 240, f"{count} Ready pods of {group}", every=1)
+    return sorted(p["metadata"]["name"] for p in pods(cluster, namespace, group))
+
+
+def logs(cluster: Cluster, namespace: str, pod: str, container: str = "worker") -> str:
+    return cluster.kubectl("logs", "-n", namespace, pod, "-c", container, check=False)
+
+
+def billed(text: str) -> list[int]:
+    return [int(n) for n in BILLED.findall(text)]
+
+
+def committed(kafka: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": group})
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+        return {tp.partition: tp.offset for tp in found}
+    finally:
+        consumer.close()
+
+
+def orders_below(kafka: str, topic: str, offsets: dict[int, int]) -> set[int]:
+    """The orders of each partition below its committed offset (what the group says is done)."""
+    wanted = {p: o for p, o in offsets.items() if o > 0}
+    consumer = Consumer(
+        {"bootstrap.servers": kafka, "group.id": "e2e-reader", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
+    found: set[int] = set()
+    seen = dict.fromkeys(wanted, 0)
+    try:
+        while any(seen[p] < o for p, o in wanted.items()):
+            message = consumer.poll(10)
+            assert message is not None, f"the topic ended before {wanted} (read {seen})"
+            if message.error() or message.offset() >= wanted[message.partition()]:
+                continue
+            seen[message.partition()] = message.offset() + 1
+            found.add(json.loads(message.value())["order"])
+    finally:
+        consumer.close()
+    return found
+
+
+def end_offsets(kafka: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "e2e-watermarks"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+class LogFollower:
+    """``kubectl logs -f`` of one container into a file, so its lines outlive the pod."""
+
+    def __init__(self, cluster: Cluster, namespace: str, pod: str, folder: Path) -> None:
+        self.path = folder / f"{pod}.log"
+        self._out = self.path.open("wb")
+        self.proc = subprocess.Popen(
+            [
+                str(k8s_build.BIN / "kubectl"),
+                f"--kubeconfig={cluster.kubeconfig}",
+                "logs",
+                "-f",
+                "-n",
+                namespace,
+                pod,
+                "-c",
+                "worker",
+            ],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def text(self) -> str:
+        return self.path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self._out.close()
+
+
+class PodWatch:
+    """Every state the group's pods pass through, from a watch started before a change, so that
+    a container's exit code is read even though its pod is then deleted."""
+
+    def __init__(self, cluster: Cluster, namespace: str, group: str) -> None:
+        self.terminated: dict[tuple[str, str], dict[str, Any]] = {}
+        self.deletion: dict[str, str] = {}
+        self.grace: dict[str, int] = {}
+        self.proc = subprocess.Popen(
+            [
+                str(k8s_build.BIN / "kubectl"),
+                f"--kubeconfig={cluster.kubeconfig}",
+                "get",
+                "pods",
+                "-n",
+                namespace,
+                "-l",
+                f"app.kubernetes.io/instance={group}",
+                "--watch",
+                "--output-watch-events",
+                "-o",
+                "json",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        decoder = json.JSONDecoder()
+        buffer = ""
+        for line in self.proc.stdout:
+            buffer += line
+            try:
+                event, end = decoder.raw_decode(buffer.lstrip())
+            except json.JSONDecodeError:
+                continue
+            buffer = buffer.lstrip()[end:]
+            self._see(event["object"])
+
+    def _see(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        if pod["metadata"].get("deletionTimestamp"):
+            self.deletion.setdefault(name, pod["metadata"]["deletionTimestamp"])
+            self.grace[name] = pod["metadata"].get("deletionGracePeriodSeconds", 0)
+        for status in pod.get("status", {}).get("containerStatuses", []):
+            state = status.get("state", {}).get("terminated")
+            if state:
+                self.terminated[(name, status["name"])] = state
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
