@@ -18,6 +18,8 @@ IMG ?= kafleet:$(VERSION)
 IMG_SPARK ?= kafleet-spark:$(VERSION)
 # The images' base, if not the Dockerfile's python:3.11-slim-bookworm (a mirror, a pinned digest).
 BASE_IMAGE ?=
+# More flags for every build of `make image` (kind-e2e: --provenance=false --sbom=false --load).
+IMAGE_BUILD_FLAGS ?=
 # docker (only if `docker info` reaches an engine), else podman, else buildah.
 CONTAINER_TOOL ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
   elif command -v podman >/dev/null 2>&1; then echo podman; \
@@ -76,15 +78,15 @@ image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Sp
 	  --build-arg VERSION=$(VERSION) \
 	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
 	  --build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-	  --build-arg SOURCE="$$(git remote get-url origin 2>/dev/null || true)"; \
+	  --build-arg SOURCE="$$(git remote get-url origin 2>/dev/null | sed -E 's#//[^/@]*@#//#' || true)"; \
 	set -x; \
-	$$build "$$@" -t $(IMG) .; \
-	$$build "$$@" --target spark -t $(IMG_SPARK) .
+	$$build "$$@" $(IMAGE_BUILD_FLAGS) -t $(IMG) .; \
+	$$build "$$@" $(IMAGE_BUILD_FLAGS) --target spark -t $(IMG_SPARK) .
 
 ##@ Test
 
 .PHONY: test
-test: lint jars delta-jars k8s-tools prometheus node-tools ## Set everything up, lint, and run every test against the real test bed.
+test: lint jars delta-jars k8s-tools prometheus node-tools images ## Set everything up, lint, and run every test against the real test bed.
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
@@ -162,17 +164,23 @@ $(KIND):
 .PHONY: kind-e2e
 kind-e2e: venv jars k8s-tools $(KIND) ## Build the images with Docker, load them into a kind cluster, run tests/e2e/ there (the chart is installed with helm).
 	@docker info >/dev/null 2>&1 || { echo "error: kind-e2e needs a running Docker engine" >&2; exit 1; }
-	$(MAKE) image CONTAINER_TOOL=docker
-	docker build -t kafleet-examples:$(VERSION) --build-arg KAFLEET_IMAGE=$(IMG) examples
-	docker build -t kafleet-examples-spark:$(VERSION) --build-arg KAFLEET_IMAGE=$(IMG_SPARK) examples
+	@# No attestations, loaded into the engine: kind's load fails on BuildKit's provenance
+	@# manifests with Docker's containerd image store (kubernetes-sigs/kind#3795).
+	$(MAKE) image CONTAINER_TOOL=docker IMAGE_BUILD_FLAGS='--provenance=false --sbom=false --load'
+	docker build --provenance=false --sbom=false --load -t kafleet-examples:$(VERSION) \
+	  --build-arg KAFLEET_IMAGE=$(IMG) examples
+	docker build --provenance=false --sbom=false --load -t kafleet-examples-spark:$(VERSION) \
+	  --build-arg KAFLEET_IMAGE=$(IMG_SPARK) examples
 	$(KIND) get clusters | grep -qx '$(KIND_CLUSTER)' || \
 	  $(KIND) create cluster --name $(KIND_CLUSTER) --kubeconfig $(KIND_KUBECONFIG) --wait 120s
 	$(KIND) export kubeconfig --name $(KIND_CLUSTER) --kubeconfig $(KIND_KUBECONFIG)
-	$(KIND) load docker-image --name $(KIND_CLUSTER) $(IMG) kafleet-examples:$(VERSION) \
-	  kafleet-examples-spark:$(VERSION)
-	@# Pods reach the host's test broker at the gateway of kind's Docker network.
-	KAFLEET_E2E_KUBECONFIG=$(abspath $(KIND_KUBECONFIG)) \
-	KAFLEET_E2E_BROKER_HOST=$$(docker network inspect kind -f '{{(index .IPAM.Config 0).Gateway}}') \
+	docker save -o .cache/kind/images.tar $(IMG) kafleet-examples:$(VERSION) kafleet-examples-spark:$(VERSION)
+	$(KIND) load image-archive --name $(KIND_CLUSTER) .cache/kind/images.tar
+	@# Pods reach the host's test broker at the IPv4 gateway of kind's Docker network (the
+	@# network lists its IPv6 subnet first, without a gateway).
+	gateway=$$(docker network inspect kind -f '{{range .IPAM.Config}}{{println .Gateway}}{{end}}' \
+	  | grep -m1 -E '^[0-9.]+$$') || { echo "error: kind's network has no IPv4 gateway" >&2; exit 1; }; \
+	KAFLEET_E2E_KUBECONFIG=$(abspath $(KIND_KUBECONFIG)) KAFLEET_E2E_BROKER_HOST=$$gateway \
 	  $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 .PHONY: kind-down

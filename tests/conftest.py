@@ -170,6 +170,7 @@ def real_node(k8s: K8s, host_sysctls: dict[str, str]) -> Iterator[node_infra.Rea
     the machine is not as it was (a bridge, cgroups, processes, iptables rules, sysctls)."""
     started = time.monotonic()
     try:
+        node_host.check_prerequisites()  # before minutes of image building
         # Every image but the bare Spark one, which only the examples' Spark image builds on.
         built = {ref: tar for ref, tar in images.build_all().items() if ref != images.SPARK_IMAGE}
         node = node_infra.start_node(k8s.plane, node_infra.session_workdir(), images=built)

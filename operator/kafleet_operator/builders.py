@@ -180,6 +180,8 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
         "terminationGracePeriodSeconds": int(worker.shutdown_grace_s) + 15,
         # The sidecar sees the worker's process: "process N is gone" beats a stale file.
         "shareProcessNamespace": True,
+        # Workers never call the Kubernetes API: no token in their pods.
+        "automountServiceAccountToken": False,
         # kafleet's image user; fsGroup makes the emptyDirs writable for it.
         "securityContext": {
             "runAsNonRoot": True,

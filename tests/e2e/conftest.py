@@ -73,6 +73,15 @@ def fleet_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     )
 
 
+def restricted(cluster: Cluster, namespace: str) -> None:
+    """Have the apiserver's PodSecurity admission refuse, in ``namespace``, any pod that breaks
+    the Restricted profile: non-root, no privilege escalation, all capabilities dropped, the
+    runtime's seccomp profile, and only the harmless volume types."""
+    cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+
+
 def _version() -> str:
     from kafleet import __version__
 
@@ -91,6 +100,7 @@ def fleet_namespace(fleet_cluster: Cluster) -> Iterator[str]:
     """The namespace whose ConsumerGroups the chart's operator manages."""
     name = f"e2e-fleet-{os.getpid()}"
     fleet_cluster.kubectl("create", "namespace", name)
+    restricted(fleet_cluster, name)
     fleet_cluster.kubectl(
         "wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=30s"
     )
@@ -113,12 +123,12 @@ def operator(
     chart's RBAC and its in-cluster configuration, watching ``fleet_namespace``."""
     release = Release("kafleet", f"kafleet-system-{os.getpid()}", fleet_namespace)
     repository, _, tag = fleet_cluster.images.kafleet.rpartition(":")
+    assert tag == _version(), "the images are tagged with kafleet's version, the chart's appVersion"
+    fleet_cluster.kubectl("create", "namespace", release.namespace)
+    restricted(fleet_cluster, release.namespace)
     values = {
-        "image": {
-            "repository": repository,
-            "tag": tag,
-            "pullPolicy": fleet_cluster.images.pull_policy,
-        },
+        # The tag is left to the chart: its appVersion.
+        "image": {"repository": repository, "pullPolicy": fleet_cluster.images.pull_policy},
         "watchNamespaces": [fleet_namespace],
         "intervalSeconds": 2,
         **fleet_cluster.placement,
@@ -131,7 +141,6 @@ def operator(
         str(REPO / "charts" / "kafleet"),
         "-n",
         release.namespace,
-        "--create-namespace",
         "-f",
         str(values_file),
         "--wait",

@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from tests.infra import k8s_build
 from tests.infra.waiting import wait_until
 
 BILLED = re.compile(r"billed order (\d+) of ")
+BILLED_AT = re.compile(r"billed order \d+ of .*\(partition (\d+), offset (\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,15 @@ def billed(text: str) -> list[int]:
     return [int(n) for n in BILLED.findall(text)]
 
 
+def last_billed(texts: Iterable[str]) -> dict[int, int]:
+    """The highest offset billed in each partition, from the workers' log lines."""
+    last: dict[int, int] = {}
+    for text in texts:
+        for partition, offset in BILLED_AT.findall(text):
+            last[int(partition)] = max(last.get(int(partition), -1), int(offset))
+    return last
+
+
 def committed(kafka: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": kafka, "group.id": group})
     try:
@@ -217,6 +228,7 @@ class PodWatch:
         self.terminated: dict[tuple[str, str], dict[str, Any]] = {}
         self.deletion: dict[str, str] = {}
         self.grace: dict[str, int] = {}
+        self.seen: set[str] = set()
         self.proc = subprocess.Popen(
             [
                 str(k8s_build.BIN / "kubectl"),
@@ -253,6 +265,7 @@ class PodWatch:
 
     def _see(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
+        self.seen.add(name)
         if pod["metadata"].get("deletionTimestamp"):
             self.deletion.setdefault(name, pod["metadata"]["deletionTimestamp"])
             self.grace[name] = pod["metadata"].get("deletionGracePeriodSeconds", 0)

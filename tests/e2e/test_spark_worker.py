@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.e2e.conftest import Release
@@ -32,6 +33,10 @@ for path in files:
     orders += pq.read_table(os.path.join("{TABLE}", path), columns=["order"]).column(0).to_pylist()
 print(json.dumps(orders))
 """
+
+# The first test to ask for the real node builds nothing (make test built the images first)
+# but starts the node, imports the images and installs the chart: minutes on a busy machine.
+pytestmark = pytest.mark.timeout(900)
 
 
 def test_a_spark_worker_writes_every_billed_order_to_a_delta_table_on_its_volume(

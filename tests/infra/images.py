@@ -283,7 +283,8 @@ def build_all() -> dict[str, Path]:
         built = {ref: _build(ref, target, key) for ref, target in TARGETS.items()}
         examples = hashlib.sha256(key.encode())
         for path in sorted(EXAMPLES_DIR.glob("*")):
-            examples.update(path.name.encode() + path.read_bytes())
+            if path.is_file() and path.suffix not in {".pyc", ".pyo"}:
+                examples.update(path.name.encode() + path.read_bytes())
         for ref, base in EXAMPLES.items():  # examples/Dockerfile on top of each image
             built[ref] = _build(ref, None, examples.hexdigest(), EXAMPLES_DIR, base)
         return built

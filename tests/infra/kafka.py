@@ -54,7 +54,7 @@ POD_GATEWAY = "10.244.0.1"
 POD_SUBNET = "10.244.0.0/24"
 # Where pods reach this host: the bridge's gateway on the test bed; on a user's cluster
 # (make kind-e2e) the host's address on that cluster's network.
-PODS_HOST = os.environ.get("KAFLEET_E2E_BROKER_HOST", POD_GATEWAY)
+PODS_HOST = os.environ.get("KAFLEET_E2E_BROKER_HOST") or POD_GATEWAY
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")

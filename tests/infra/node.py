@@ -44,8 +44,8 @@ from tests.infra import (
     node_runtime,
     processes,
 )
-from tests.infra.kafka import TestbedError
-from tests.infra.node_runtime import CGROUP_ROOT, NODE_NAME, NodeLayout
+from tests.infra.kafka import POD_GATEWAY, TestbedError
+from tests.infra.node_runtime import CGROUP_ROOT, MACHINE_LOCK, NODE_NAME, NodeLayout
 
 CACHE = node_images.CACHE
 DEV_WORKDIR = CACHE / "dev"
@@ -108,9 +108,17 @@ class RealNode:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         node_host.check_prerequisites()
+        if not node_host.machine_free():
+            raise TestbedError(
+                f"another real node runs on this machine (its holder has {MACHINE_LOCK}), "
+                "maybe from another checkout: there can be one per machine; stop it first"
+            )
         bin_dir = k8s_build.build()
         pause = node_images.pause_image()
-        layout, ip = self.layout, node_host.host_ip()
+        # The kubelet serves (anonymous, AlwaysAllow: the test bed's apiserver sends no client
+        # certificate) only on the pods' bridge, which only this machine reaches, never on the
+        # host's own address.
+        layout, ip = self.layout, POD_GATEWAY
         self.ip_forward = node_host.read_sysctl(IP_FORWARD)
         self._save()
         started = time.monotonic()
@@ -197,21 +205,29 @@ class RealNode:
                 errors.append(str(exc))
 
         registered = "kubelet" in self.pids and Path(self.kubeconfig).exists()
+        # The machine-wide state (cgroups, bridge, sysctl, iptables) is this node's to undo only
+        # if its holder still has the machine's lock, or nobody has: never another node's.
+        holder = self.pids.get("holder")
+        mine = (
+            holder is not None and node_host.names_folder(holder, self.workdir)
+        ) or node_host.machine_free()
         step(lambda: self._stop("kubelet"))
         step(lambda: self._stop("kube-proxy"))
         if registered:  # the Node object goes, and with it (by the pod GC) its pods
             step(lambda: self.kubectl("delete", "node", NODE_NAME, "--wait=false", check=False))
-        step(lambda: node_cgroups.kill_all(CGROUP_ROOT))
+        if mine:
+            step(lambda: node_cgroups.kill_all(CGROUP_ROOT))
         step(lambda: self._stop("containerd"))
         step(lambda: self._kill_rest(but=self.pids.get("holder")))  # containerd's shims
         step(lambda: self._stop("holder"))  # its mounts vanish with the namespace
         step(lambda: self._kill_rest(but=None))
-        step(lambda: node_cgroups.remove_root(CGROUP_ROOT))
-        if self.made_bridge:
+        if mine:
+            step(lambda: node_cgroups.remove_root(CGROUP_ROOT))
+        if self.made_bridge and mine:
             step(node_host.delete_bridge)
-        if self.ip_forward is not None:
+        if self.ip_forward is not None and mine:
             step(lambda: node_host.write_sysctl(IP_FORWARD, str(self.ip_forward)))
-        if self.proxy_started:
+        if self.proxy_started and mine:
             step(
                 lambda: node_host.kube_proxy_cleanup(
                     k8s_build.BIN / "kube-proxy", self.layout.log("kube-proxy-cleanup")

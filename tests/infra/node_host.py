@@ -14,6 +14,7 @@ or the node's cgroups (``node_cgroups.py``).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from tests.infra import node_cgroups, processes
 from tests.infra.kafka import POD_GATEWAY, TestbedError
-from tests.infra.node_runtime import BRIDGE, CGROUP_ROOT, KUBELET_PORT
+from tests.infra.node_runtime import BRIDGE, CGROUP_ROOT, KUBELET_PORT, MACHINE_LOCK
 
 # Debian package -> a file it installs that the node uses.
 PACKAGES = {
@@ -97,21 +98,22 @@ def check_prerequisites() -> None:
         raise TestbedError("the real node needs " + "; ".join(problems))
 
 
-def host_ip() -> str:
-    """The address of the interface the default route leaves by (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.connect(("1.1.1.1", 53))
-        except OSError as exc:
-            raise TestbedError(f"no default route to find the node's IP from: {exc}") from exc
-        return str(sock.getsockname()[0])
-
-
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if check and done.returncode != 0:
         raise TestbedError(f"ip {' '.join(args)} failed: {done.stderr.strip()}")
     return done
+
+
+def machine_free() -> bool:
+    """No real node runs on this machine: nobody holds ``MACHINE_LOCK`` (its holder does)."""
+    with open(MACHINE_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return True
 
 
 def bridge_exists() -> bool:

@@ -24,6 +24,8 @@ from tests.infra.kafka import POD_GATEWAY, POD_SUBNET, free_port
 NODE_NAME = "realnode-0"
 BRIDGE = "rn0"
 CGROUP_ROOT = "realnode"
+# Held (flock) by the node's namespace holder while the node lives, whichever checkout started it.
+MACHINE_LOCK = Path("/run/kafleet-realnode.lock")
 PAUSE_IMAGE = "localhost/pause:3.10"
 REAL_NODE_LABEL = "kafleet.io/real-node"  # label key and taint key, both with the value "true"
 KUBELET_PORT = 10250  # fixed: the apiserver reaches every kubelet on it
@@ -213,9 +215,13 @@ def kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) ->
 def holder_command(layout: NodeLayout, python: str) -> list[str]:
     """The process that owns the node's private mount namespace: it binds the run folder's
     files and folders over the host's (``bind_mounts``), says so in a file, then sleeps until
-    it is stopped. Its command line names the run folder, so it is found again by it."""
+    it is stopped. Its command line names the run folder, so it is found again by it. It holds
+    ``MACHINE_LOCK`` for its life (the node's): one node per machine, and a node whose lock is
+    held by another holder never undoes the machine-wide state that one set up."""
     script = (
-        "import json, signal, subprocess, sys\n"
+        "import fcntl, json, signal, subprocess, sys\n"
+        f"lock = open({str(MACHINE_LOCK)!r}, 'w')\n"
+        "fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
         "for source, target in json.loads(sys.argv[2]):\n"
         "    subprocess.run(['mount', '--bind', source, target], check=True)\n"
         "open(sys.argv[1], 'w').close()\n"

@@ -67,6 +67,7 @@ def test_the_deployment_runs_worker_and_sidecar_restricted_with_probes_and_a_dra
         assert context["capabilities"] == {"drop": ["ALL"]}
         assert not context["allowPrivilegeEscalation"]
     assert pod["terminationGracePeriodSeconds"] > parsed.worker.shutdown_grace_s
+    assert pod["automountServiceAccountToken"] is False
     assert {
         "name": "KAFLEET_SECURITY__SASL_PASSWORD",
         "valueFrom": {"secretKeyRef": {"name": "billing-kafka", "key": "password"}},

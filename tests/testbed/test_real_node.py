@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+import pytest
 from kubernetes.client import CoreV1Api
 
 from tests.conftest import K8s
@@ -22,6 +23,10 @@ from tests.infra.kafka import POD_SUBNET
 
 HOST_SYSCTLS = (*node_runtime.KUBELET_SYSCTLS, node_infra.IP_FORWARD)
 PYTHON_IMAGE = images.KAFLEET_IMAGE  # Debian's python3 on the test bed's own base image
+
+# The first test to ask for the real node builds nothing (make test built the images first)
+# but starts the node, imports the images and installs the chart: minutes on a busy machine.
+pytestmark = pytest.mark.timeout(900)
 
 
 def _pod(name: str, image: str, command: list[str] | None = None) -> dict[str, Any]:
