@@ -125,8 +125,11 @@ RESTRICTED = {
 
 
 def _probe(path: str, period: int, failures: int) -> Obj:
+    """A probe of the worker container that the sidecar answers (its verdict on the worker's
+    state). The kubelet restarts the container whose probe fails, so it sits on the worker; the
+    port is a number, since a named port is looked up only in the probed container."""
     return {
-        "httpGet": {"path": path, "port": "metrics"},
+        "httpGet": {"path": path, "port": SIDECAR_PORT},
         "periodSeconds": period,
         "failureThreshold": failures,
         "timeoutSeconds": 2,
@@ -149,6 +152,9 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
         "args": ["worker", "--config", f"{CONFIG_DIR}/worker.yaml"],
         "env": _secret_env(parsed) + _member_env(parsed),
         "resources": {k: v for k, v in fleet.resources.model_dump().items() if v},
+        # A hung poller or a handler past processing_timeout_s restarts the worker itself.
+        "livenessProbe": _probe("/healthz", 10, 3),
+        "readinessProbe": _probe("/readyz", 5, 2),
         "securityContext": copy.deepcopy(RESTRICTED),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
@@ -168,8 +174,8 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
             str(SIDECAR_PORT),
         ],
         "ports": [{"name": "metrics", "containerPort": SIDECAR_PORT}],
-        "livenessProbe": _probe("/healthz", 10, 3),
-        "readinessProbe": _probe("/readyz", 5, 2),
+        # Its own probe says only that its server answers: the worker's health is not its own.
+        "livenessProbe": {"tcpSocket": {"port": SIDECAR_PORT}, "periodSeconds": 10},
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         "securityContext": copy.deepcopy(RESTRICTED),
         "volumeMounts": [{"name": "state", "mountPath": STATE_DIR}],

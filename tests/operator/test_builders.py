@@ -58,8 +58,12 @@ def test_the_deployment_runs_worker_and_sidecar_restricted_with_probes_and_a_dra
     # What the container runs, whatever the image's entrypoint: `kafleet worker`, once.
     assert [*worker["command"], *worker["args"][:1]] == ["kafleet", "worker"]
     assert [*sidecar["command"], *sidecar["args"][:1]] == ["kafleet", "sidecar"]
-    assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # The worker is probed (and restarted), the sidecar answering on its numeric port; the
+    # sidecar's own probe only checks that its server is up.
+    assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8080}
+    assert worker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8080}
+    assert sidecar["livenessProbe"] == {"tcpSocket": {"port": 8080}, "periodSeconds": 10}
+    assert "readinessProbe" not in sidecar
     for container in (worker, sidecar):
         context = container["securityContext"]
         assert context["runAsNonRoot"]
