@@ -10,7 +10,9 @@ owner references. No I/O: every case is tested
 without a cluster.
 
 A change that touches only live-tunable values (``max_poll_records``, ``concurrency``) changes
-only the ConfigMap, never the pod template, so no pod restarts for tuning.
+only the ConfigMap, never the pod template, so no pod restarts for tuning. Any other change of
+the worker's file changes ``kafleet.io/config-hash`` in the pod template, so the Deployment
+rolls and no pod keeps running the old handler, topics or group beside new ones.
 
 Does not own applying them (``kube.py``, ``handlers.py``, ``observer.py``) or deciding
 replicas (``scaling.py``).
@@ -19,16 +21,27 @@ replicas (``scaling.py``).
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from typing import Any
 
 import yaml
 
+from kafleet.config import TUNABLE_FIELDS
 from kafleet_operator.spec import STATE_FILE, ParsedSpec
 
 CONFIG_DIR = "/etc/kafleet"
 STATE_DIR = STATE_FILE.rsplit("/", 1)[0]
 SIDECAR_PORT = 8080
+CONFIG_HASH = "kafleet.io/config-hash"
 Obj = dict[str, Any]
+
+
+def config_hash(parsed: ParsedSpec) -> str:
+    """A digest of the worker's file without the fields workers apply live (``TUNABLE_FIELDS``):
+    it changes exactly when running workers would need a restart to take the new file."""
+    data = {k: v for k, v in parsed.worker_file().items() if k not in TUNABLE_FIELDS}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def labels(name: str) -> dict[str, str]:
@@ -219,6 +232,7 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
                 "metadata": {
                     "labels": {**pod_labels, **extra_meta.get("labels", {})},
                     "annotations": {
+                        CONFIG_HASH: config_hash(parsed),
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(SIDECAR_PORT),
                         **extra_meta.get("annotations", {}),

@@ -104,6 +104,37 @@ def test_a_tuning_change_touches_only_the_config_map() -> None:
     assert "max_poll_records: 120" in after[1]["data"]["worker.yaml"]
 
 
+def _template_hash(**change: object) -> str:
+    deployment = builders.deployment(OWNER, parse_spec({**example_spec(), **change}), 2)
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    return str(annotations[builders.CONFIG_HASH])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"handler": "orders:refund"},
+        {"topics": ["orders", "returns"]},
+        {"group_id": "billing-v2"},
+        {"bootstrap_servers": "kafka-2:9092"},
+        {"retry": {"max_attempts": 9}},
+        {"security": {"protocol": "SSL"}},
+        {"spark": {"table": "s3a://lake/other"}},
+    ],
+)
+def test_an_edit_a_worker_takes_only_at_start_changes_the_pod_template(
+    change: dict[str, object],
+) -> None:
+    assert _template_hash(**change) != _template_hash()
+
+
+@pytest.mark.parametrize("change", [{"max_poll_records": 77}, {"concurrency": 3}])
+def test_an_edit_workers_take_live_leaves_the_pod_template_alone(
+    change: dict[str, object],
+) -> None:
+    assert _template_hash(**change) == _template_hash()
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
