@@ -144,6 +144,9 @@ class ControlPlane:
             f"--client-ca-file={certs / 'ca.crt'}",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
             "--authorization-mode=RBAC",
+            # OpenShift's default: setting blockOwnerDeletion needs `update` on the owner's
+            # finalizers, so the chart's RBAC test meets what such clusters ask.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -34,7 +34,7 @@ def test_the_operator_runs_on_the_charts_rbac_alone(
         [
             str(k8s_build.BIN / "helm"),
             "template",
-            "kafleet",
+            release,  # the release names its cluster-wide roles: no clash with another's
             str(REPO / "charts" / "kafleet"),
             "-n",
             release,
@@ -92,7 +92,7 @@ def render_chart(release: str, *values: str) -> list[dict[str, object]]:
     sets = [arg for value in values for arg in ("--set", value)]
     chart = str(REPO / "charts" / "kafleet")
     rendered = subprocess.run(
-        [str(k8s_build.BIN / "helm"), "template", "kafleet", chart, "-n", release, *sets],
+        [str(k8s_build.BIN / "helm"), "template", release, chart, "-n", release, *sets],
         capture_output=True,
         text=True,
         check=True,
