@@ -196,10 +196,22 @@ def spec_schema() -> dict[str, Any]:
     }
 
 
+# The group's name is a label value of every pod it owns and names its Service `<name>-metrics`,
+# a DNS-1035 label: 63 characters at most, so 55 for the name (CEL at the root sees metadata.name).
+NAME_RULE = {
+    "rule": "self.metadata.name.size() <= 55 && "
+    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+    "message": "metadata.name: at most 55 characters, lowercase letters, digits and '-', "
+    "starting with a letter and ending with a letter or digit (it names the Service "
+    "<name>-metrics, a DNS-1035 label of 63 at most, and labels every pod)",
+}
+
+
 def manifest() -> dict[str, Any]:
     schema = {
         "type": "object",
         "required": ["spec"],
+        "x-kubernetes-validations": [NAME_RULE],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},

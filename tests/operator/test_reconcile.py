@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import REPO, K8s, TopicFactory
 from tests.infra.kafka import TestbedError
@@ -240,6 +241,35 @@ def test_the_example_manifest_is_accepted_by_the_api_server(
     out = k8s.kubectl("apply", "-n", namespace, "--dry-run=server", "-f", str(example))
 
     assert "consumergroup.kafleet.io/billing created (server dry run)" in out
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "b" * 56,  # its Service, b...b-metrics, would pass the 63 of a DNS-1035 label
+        "billing.eu",  # a dot: a valid object name, not a Service name
+        "2billing",  # a DNS-1035 label starts with a letter
+    ],
+)
+def test_a_name_its_service_or_pod_labels_cannot_carry_is_refused_naming_metadata_name(
+    k8s: K8s, namespace: str, kafka: str, crd: str, name: str
+) -> None:
+    manifest = consumer_group(name, kafka, "orders")
+
+    with pytest.raises(TestbedError, match=r"metadata\.name: at most 55 characters"):
+        apply(k8s, namespace, manifest)
+
+
+def test_a_name_of_55_characters_is_accepted(
+    k8s: K8s, namespace: str, kafka: str, crd: str
+) -> None:
+    manifest = consumer_group("b" * 55, kafka, "orders")
+
+    out = k8s.kubectl(
+        "apply", "-n", namespace, "--dry-run=server", "-f", "-", input=yaml.safe_dump(manifest)
+    )
+
+    assert "created (server dry run)" in out
 
 
 def wait_reason(k8s: K8s, namespace: str, name: str, reason: str) -> dict[str, Any]:
