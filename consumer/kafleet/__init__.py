@@ -11,7 +11,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from kafleet.config import ConsumerConfig, QueueBounds, RetryPolicy, load_config
+from kafleet.config import ConsumerConfig, QueueBounds, RetryPolicy
+from kafleet.config_loading import load_config
 from kafleet.consumer import ParallelConsumer
 from kafleet.errors import (
     ConfigError,

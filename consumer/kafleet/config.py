@@ -1,37 +1,37 @@
 """The consumer's configuration: one frozen, validated object, loaded once at the edge.
 
-Owns: every setting of a kafleet consumer with its default, unit and bounds; loading them from
-a YAML file, ``KAFLEET_*`` environment variables (nested with ``__``, as in
-``KAFLEET_QUEUE__MAX_RECORDS``) and explicit overrides (the CLI's flags), in that rising order
-of precedence; rejecting bad values with the field's dotted name and the reason
-(``ConfigError``); rendering the librdkafka properties; masking secrets whenever the
-configuration is printed. The field names are the names used by the config file, the CLI flags
-(``--max-poll-records``, ``--queue.max-records``; none for secrets) and, later, the CRD.
+Owns: every setting of a kafleet consumer with its default, unit and bounds; the sources a
+``ConsumerConfig`` reads (a YAML file, ``KAFLEET_*`` environment variables nested with ``__``,
+as in ``KAFLEET_QUEUE__MAX_RECORDS``, and explicit overrides, the CLI's flags, in that rising
+order of precedence); the rules that span fields; rendering the librdkafka properties; masking
+secrets whenever the configuration is printed. The field names are the names used by the
+config file, the CLI flags (``--max-poll-records``, ``--queue.max-records``; none for secrets)
+and the CRD.
 
-Does not own: acting on any setting, or the security settings' rules (``security.py``).
+Does not own: loading a file and turning every failure into a ``ConfigError`` that names the
+field (``config_loading.py``), acting on any setting, or the security settings' rules
+(``security.py``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import field_validator as validates
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    SettingsError,
     YamlConfigSettingsSource,
 )
 
-from kafleet.errors import ConfigError, FieldProblem
 from kafleet.security import Security
 from kafleet.spark_config import SparkSettings
 
@@ -115,7 +115,8 @@ class RetryPolicy(BaseModel):
         return self
 
 
-_yaml_file: ContextVar[Path | None] = ContextVar("kafleet_config_file", default=None)
+# The YAML file the settings sources read, set by ``config_loading.load_config`` for one load.
+YAML_FILE: ContextVar[Path | None] = ContextVar("kafleet_config_file", default=None)
 
 
 class ConsumerConfig(BaseSettings):
@@ -247,7 +248,7 @@ class ConsumerConfig(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = _yaml_file.get()
+        path = YAML_FILE.get()
         file_source = [YamlConfigSettingsSource(settings_cls, yaml_file=path)] if path else []
         return (init_settings, env_settings, *file_source)
 
@@ -409,75 +410,3 @@ class ConsumerConfig(BaseSettings):
 
 
 TUNABLE_FIELDS = ("max_poll_records", "concurrency")
-
-
-def load_config(
-    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
-) -> ConsumerConfig:
-    """Load and validate: ``overrides`` (flags) over ``KAFLEET_*`` variables over the YAML file.
-
-    Raises ``ConfigError`` naming each bad field (and the file, if any) with the reason.
-    """
-    source = f"configuration ({path})" if path else "configuration"
-    if path is not None:
-        file = Path(path)
-        try:
-            loaded = yaml.safe_load(file.read_text())
-        except OSError as exc:
-            reason = f"cannot read it: {exc.strerror or exc}"
-            raise ConfigError([FieldProblem("(file)", reason)], source) from exc
-        except yaml.YAMLError as exc:
-            reason = f"not valid YAML: {_yaml_problem(exc)}"
-            raise ConfigError([FieldProblem("(file)", reason)], source) from exc
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError([FieldProblem("(file)", "must be a mapping of field: value")], source)
-    token = _yaml_file.set(Path(path) if path is not None else None)
-    try:
-        return ConsumerConfig(**dict(overrides or {}))
-    except ValidationError as exc:
-        raise config_error(exc, source) from None
-    except SettingsError as exc:  # a KAFLEET_* variable that does not parse (JSON for a section)
-        raise _settings_error(exc, source) from None
-    finally:
-        _yaml_file.reset(token)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """Where and what, by line and column (PyYAML's own text names "<unicode string>")."""
-    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
-        return str(exc)
-    mark = exc.problem_mark
-    text = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
-    if exc.context and exc.context_mark is not None:
-        text += f" ({exc.context} at line {exc.context_mark.line + 1})"
-    return text
-
-
-def _settings_error(exc: SettingsError, source: str) -> ConfigError:
-    found = re.search(r'field "([^"]+)" from source "(\w+)"', str(exc))
-    if found is None:
-        return ConfigError([FieldProblem("(all)", str(exc))], source)
-    field, origin = found.groups()
-    where = f"KAFLEET_{field.upper()}" if origin.startswith("Env") else origin
-    cause = f": {exc.__cause__}" if exc.__cause__ else ""
-    return ConfigError([FieldProblem(field, f"cannot parse {where}{cause}")], source)
-
-
-def config_error(exc: ValidationError, source: str = "configuration") -> ConfigError:
-    """A pydantic ``ValidationError`` as a ``ConfigError`` with dotted field names, no secrets."""
-    problems = []
-    for error in exc.errors():
-        field = ".".join(str(part) for part in error["loc"])
-        reason = error["msg"].removeprefix("Value error, ")
-        if not field:  # a whole-model rule: its message holds "field: reason; field: reason"
-            for pair in reason.split("; "):
-                name, _, why = pair.partition(": ")
-                problems.append(FieldProblem(name, why) if why else FieldProblem("(all)", pair))
-            continue
-        secret = any(word in field for word in ("password", "secret", "token"))
-        if "input" in error and not secret and error["type"] not in ("missing",):
-            shown = repr(error["input"])
-            if len(shown) <= 80 and not isinstance(error["input"], dict):
-                reason += f" (got {shown})"
-        problems.append(FieldProblem(field, reason))
-    return ConfigError(problems, source)

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kafleet.config import TUNABLE_FIELDS, ConsumerConfig, load_config
+from kafleet.config import TUNABLE_FIELDS, ConsumerConfig
+from kafleet.config_loading import load_config
 from kafleet.errors import ConfigError
 from kafleet.state import Stats
 

@@ -23,8 +23,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kafleet.config import load_config
 from kafleet.config_doc import leaf_fields
+from kafleet.config_loading import load_config
 from kafleet.consumer import ParallelConsumer
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet.executor import Handler

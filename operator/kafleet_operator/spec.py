@@ -30,7 +30,8 @@ from pydantic import (
     model_validator,
 )
 
-from kafleet.config import ConsumerConfig, config_error
+from kafleet.config import ConsumerConfig
+from kafleet.config_loading import config_error
 from kafleet.errors import ConfigError, FieldProblem
 
 _Strict = ConfigDict(frozen=True, extra="forbid")

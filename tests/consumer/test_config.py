@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kafleet.config import ConsumerConfig, load_config
+from kafleet.config import ConsumerConfig
 from kafleet.config_doc import markdown
+from kafleet.config_loading import load_config
 from kafleet.errors import ConfigError
 from kafleet.live_config import config_changes
 

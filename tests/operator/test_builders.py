@@ -187,7 +187,7 @@ def test_members_are_dynamic_unless_static_membership_is_asked_for() -> None:
 def test_the_worker_reads_the_pods_name_as_its_group_instance_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kafleet.config import load_config
+    from kafleet.config_loading import load_config
 
     parsed = parse_spec(example_spec())
     file = tmp_path / "worker.yaml"
