@@ -10,12 +10,13 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.infra import k8s_build
+from tests.infra import k8s, k8s_build
+from tests.infra.kafka import TestbedError
 from tests.infra.waiting import wait_until
 
 BILLED = re.compile(r"billed order (\d+) of ")
@@ -42,17 +43,20 @@ class Cluster:
     placement: dict[str, Any]
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
-        done = subprocess.run(
+        try:
+            return k8s.kubectl(self.kubeconfig, *args, input=input, check=check, timeout=180)
+        except TestbedError as exc:
+            raise AssertionError(str(exc)) from None
+
+    def kubectl_stream(self, *args: str, stdout: IO[bytes] | None = None) -> subprocess.Popen[Any]:
+        """A long-running kubectl (``logs -f``, ``--watch``): its output to ``stdout``, or a
+        text pipe to read."""
+        return subprocess.Popen(
             [str(k8s_build.BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
+            stdout=stdout or subprocess.PIPE,
+            stderr=subprocess.STDOUT if stdout else None,
+            text=stdout is None,
         )
-        if check and done.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
-        return done.stdout
 
     def json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json"))
@@ -194,20 +198,8 @@ class LogFollower:
     def __init__(self, cluster: Cluster, namespace: str, pod: str, folder: Path) -> None:
         self.path = folder / f"{pod}.log"
         self._out = self.path.open("wb")
-        self.proc = subprocess.Popen(
-            [
-                str(k8s_build.BIN / "kubectl"),
-                f"--kubeconfig={cluster.kubeconfig}",
-                "logs",
-                "-f",
-                "-n",
-                namespace,
-                pod,
-                "-c",
-                "worker",
-            ],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
+        self.proc = cluster.kubectl_stream(
+            "logs", "-f", "-n", namespace, pod, "-c", "worker", stdout=self._out
         )
 
     def text(self) -> str:
@@ -229,23 +221,9 @@ class PodWatch:
         self.deletion: dict[str, str] = {}
         self.grace: dict[str, int] = {}
         self.seen: set[str] = set()
-        self.proc = subprocess.Popen(
-            [
-                str(k8s_build.BIN / "kubectl"),
-                f"--kubeconfig={cluster.kubeconfig}",
-                "get",
-                "pods",
-                "-n",
-                namespace,
-                "-l",
-                f"app.kubernetes.io/instance={group}",
-                "--watch",
-                "--output-watch-events",
-                "-o",
-                "json",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
+        self.proc = cluster.kubectl_stream(
+            *("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={group}"),
+            *("--watch", "--output-watch-events", "-o", "json"),
         )
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()

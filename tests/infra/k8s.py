@@ -242,17 +242,7 @@ class ControlPlane:
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """Run the test bed's kubectl against this control plane; return its stdout."""
-        done = subprocess.run(
-            [str(k8s_build.BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if check and done.returncode != 0:
-            raise TestbedError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
-        return done.stdout
+        return kubectl(self.kubeconfig, *args, input=input, check=check)
 
     def _create_fake_nodes(self) -> None:
         nodes = [
@@ -324,6 +314,28 @@ class ControlPlane:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
         return cls(workdir, state["ports"], state["pids"], state["token"])
+
+
+def kubectl(
+    kubeconfig: Path | str,
+    *args: str,
+    input: str | None = None,
+    check: bool = True,
+    timeout: float = 120,
+) -> str:
+    """Run the test bed's kubectl with ``kubeconfig``; its stdout. A failure (when ``check``)
+    is a ``TestbedError`` with kubectl's own message."""
+    done = subprocess.run(
+        [str(k8s_build.BIN / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        raise TestbedError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
 
 
 def start_control_plane(workdir: Path) -> ControlPlane:

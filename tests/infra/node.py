@@ -78,22 +78,10 @@ class RealNode:
         return pid is not None and node_host.names_folder(pid, self.workdir)
 
     def kubectl(self, *args: str, check: bool = True) -> str:
-        done = subprocess.run(
-            [
-                str(k8s_build.BIN / "kubectl"),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--cache-dir={self.workdir / 'kubectl-cache'}",
-                "--request-timeout=10s",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        cache = f"--cache-dir={self.workdir / 'kubectl-cache'}"
+        return k8s.kubectl(
+            self.kubeconfig, cache, "--request-timeout=10s", *args, check=check, timeout=60
         )
-        if check and done.returncode != 0:
-            raise TestbedError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
-        return done.stdout
 
     def load_images(self, tarballs: Mapping[str, Path], unpack: bool = True) -> list[str]:
         """Import ``{image ref: docker-archive tarball}`` into the node's containerd, skipping
