@@ -134,12 +134,8 @@ def test_a_python_pod_reaches_the_apiserver_with_its_in_cluster_configuration(
     real_node: node_infra.RealNode, k8s: K8s, namespace: str
 ) -> None:
     """What the operator does as a pod: the Service's address from the environment, the
-    ServiceAccount's token and CA from the files the kubelet mounts. Without a python image
-    (``make images`` builds it) this checks only that kube-proxy routes the Service."""
-    if not real_node.has_image(PYTHON_IMAGE):
-        print(f"{PYTHON_IMAGE} is not built (make images): checking the Service's rules only")
-        assert node_host.service_routed(node_runtime.SERVICE_IP)
-        return
+    ServiceAccount's token and CA from the files the kubelet mounts."""
+    assert real_node.has_image(PYTHON_IMAGE), f"the session's node has no {PYTHON_IMAGE}"
     script = (
         "import os, ssl, urllib.request\n"
         "sa = '/var/run/secrets/kubernetes.io/serviceaccount/'\n"
