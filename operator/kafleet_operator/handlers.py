@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 import kopf
 from kubernetes import client as k8s
 
-from kafleet_operator import builders, observer, periodic
+from kafleet_operator import builders, observer, periodic, tuner
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.kube import api_message, apply
 
@@ -99,7 +99,7 @@ def reconcile(
     owner = _owner(body)
     name = body.metadata["name"]
     generation = body.metadata.get("generation", 0)
-    mpr = observer.effective_max_poll_records(parsed, status)
+    mpr = tuner.effective_max_poll_records(parsed, status)
     try:
         apply(builders.config_map(owner, parsed, mpr))
         deployment = apply(builders.deployment(owner, parsed, parsed.fleet.replicas))

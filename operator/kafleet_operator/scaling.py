@@ -8,7 +8,7 @@ a scale up follows the lowest wish of its (short) window, a scale down the highe
 its (long) window, so a dip in lag never flaps the fleet. Also the time-lag estimate,
 interpolated from the history of log-end offsets as kafka-lag-exporter does.
 
-Does not own reading lag (``lag_reader.py``) or writing replicas (``observer.py``).
+Does not own reading lag (``lag_reader.py``) or writing replicas (``autoscaler.py``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ moves towards that target by at most ``max_step`` times per change, stays within
 bounds and never exceeds the queue's bound; small changes (under 10%) are not made at all, so
 the ConfigMap is not rewritten for noise.
 
-Does not own measuring (the sidecars) or writing the ConfigMap (``observer.py``).
+Does not own measuring (the sidecars) or writing the ConfigMap (``tuner.py``).
 """
 
 from __future__ import annotations
