@@ -1,6 +1,6 @@
 """One pass's tuning step: ``max_poll_records`` from the sidecars' figures.
 
-Owns: reading the handlers' figures from the ready pods' sidecars (``/status``), the value in
+Owns: the handlers' figures from the ready pods' sidecars (``sidecars.py``), the value in
 force (``effective_max_poll_records``: the tuned one while tuning is on), and writing a tuned
 value to the ConfigMap the workers watch, with an Event.
 
@@ -9,23 +9,17 @@ Does not own the policy (``tuning.py``) or the rest of a pass (``observer.py``).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from kubernetes import client as k8s
 
-from kafleet_operator import builders, tuning
-from kafleet_operator.kube import apply, client, post_event
+from kafleet_operator import builders, sidecars, tuning
+from kafleet_operator.kube import apply, post_event
 from kafleet_operator.spec import ParsedSpec
 
 log = logging.getLogger("kafleet.operator")
-# `kafleet operator --sidecar-url` sets this (before this module loads).
-SIDECAR_URL = os.environ.get("KAFLEET_OPERATOR_SIDECAR_URL", "http://{pod_ip}:8080")
 
 
 def effective_max_poll_records(parsed: ParsedSpec, status: Mapping[str, Any]) -> int:
@@ -37,25 +31,12 @@ def effective_max_poll_records(parsed: ParsedSpec, status: Mapping[str, Any]) ->
 
 def _sidecar_figures(namespace: str, name: str) -> tuple[float | None, int]:
     """Mean handler latency and concurrency over the ready pods' sidecars (their /status)."""
-    pods = k8s.CoreV1Api(client()).list_namespaced_pod(
-        namespace, label_selector=builders.selector(name)
-    )
     latency_sum, count, concurrency = 0.0, 0, 0
-    for pod in pods.items:
-        ip = pod.status.pod_ip if pod.status else None
-        if not ip:
-            continue
-        pod_name = pod.metadata.name if pod.metadata else ""
-        url = SIDECAR_URL.format(pod_ip=ip, pod=pod_name) + "/status"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                state = json.load(answer).get("worker") or {}
-        except (OSError, ValueError):
-            continue
-        latency = state.get("handler_latency") or {}
+    for report in sidecars.read(namespace, name):
+        latency = report.worker.get("handler_latency") or {}
         latency_sum += float(latency.get("sum", 0.0))
         count += sum(latency.get("counts", []))
-        concurrency = max(concurrency, int(state.get("concurrency") or 0))
+        concurrency = max(concurrency, int(report.worker.get("concurrency") or 0))
     return (latency_sum / count if count else None), concurrency
 
 
