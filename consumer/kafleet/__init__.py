@@ -11,18 +11,47 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from kafleet.config import ConsumerConfig, QueueBounds, RetryPolicy
-from kafleet.config_loading import load_config
-from kafleet.consumer import ParallelConsumer
-from kafleet.errors import (
-    ConfigError,
-    HandlerError,
-    KafkaClientError,
-    KafleetError,
-    OffsetError,
-)
-from kafleet.record import Record
-from kafleet.security import Security
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kafleet.config import ConsumerConfig, QueueBounds, RetryPolicy
+    from kafleet.config_loading import load_config
+    from kafleet.consumer import ParallelConsumer
+    from kafleet.errors import (
+        ConfigError,
+        HandlerError,
+        KafkaClientError,
+        KafleetError,
+        OffsetError,
+    )
+    from kafleet.record import Record
+    from kafleet.security import Security
+
+# Imported when first asked for, so ``kafleet sidecar`` does not load pydantic and librdkafka.
+_HOME = {
+    "ConsumerConfig": "kafleet.config",
+    "QueueBounds": "kafleet.config",
+    "RetryPolicy": "kafleet.config",
+    "load_config": "kafleet.config_loading",
+    "ParallelConsumer": "kafleet.consumer",
+    "ConfigError": "kafleet.errors",
+    "HandlerError": "kafleet.errors",
+    "KafkaClientError": "kafleet.errors",
+    "KafleetError": "kafleet.errors",
+    "OffsetError": "kafleet.errors",
+    "Record": "kafleet.record",
+    "Security": "kafleet.security",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'kafleet' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ConfigError",

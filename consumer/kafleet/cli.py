@@ -14,14 +14,13 @@ import platform
 import sys
 from collections.abc import Sequence
 
-import confluent_kafka
-
 import kafleet
-from kafleet import sidecar, spark_connect, worker
-from kafleet.errors import ConfigError
+from kafleet import sidecar
 
 
 def _version_text() -> str:
+    import confluent_kafka
+
     client = confluent_kafka.__version__
     librdkafka, _ = confluent_kafka.libversion()
     return (
@@ -31,6 +30,8 @@ def _version_text() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kafleet import spark_connect, worker
+
     parser = argparse.ArgumentParser(
         prog="kafleet",
         description="Run Kafka consumers that do slow, real work: in parallel, back-pressured, "
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
             "sidecar",
             help="serve a worker's health, readiness and Prometheus metrics",
             description="The second container of a worker pod: /healthz /readyz /metrics "
-            "/status and POST /tune, from the worker's state file.",
+            "/status, from the worker's state file.",
         )
     )
     spark_connect.add_arguments(
@@ -77,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["sidecar"]:  # its own parser: no pydantic, no librdkafka in its memory
+        return sidecar.main(args_list[1:])
+    from kafleet.errors import ConfigError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -90,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from kafleet import spark_connect, worker
+
     if args.command == "worker":
         return worker.run(args)
     if args.command == "sidecar":

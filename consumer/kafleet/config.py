@@ -224,7 +224,7 @@ class ConsumerConfig(BaseSettings):
     state_file: str | None = Field(
         None,
         description="where the worker publishes its state for the sidecar (a file on a volume "
-        "both containers mount); a tuning.json beside it is applied live",
+        "both containers mount)",
     )
     state_interval_ms: int = Field(
         500, ge=50, le=60_000, description="how often the state file is rewritten"

@@ -98,9 +98,7 @@ class ParallelConsumer:
             handler_p99=self.executor.recent_p99,
         )
         self.publisher = (
-            StatePublisher(
-                Path(config.state_file), config.state_interval_ms / 1000, self.snapshot, self.tune
-            )
+            StatePublisher(Path(config.state_file), config.state_interval_ms / 1000, self.snapshot)
             if config.state_file
             else None
         )

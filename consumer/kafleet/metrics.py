@@ -5,12 +5,22 @@ readiness, each partition's lag status) into metric families, with the labels ``
 ``topic`` and ``partition`` where they apply. ``METRICS`` lists every metric with its type,
 labels and meaning; README.md's table is made from it. Does not own serving (``sidecar.py``).
 
+Names follow Prometheus' naming guide: the base unit last (``_seconds``, ``_bytes``, or what is
+counted, ``_records``), ``_total`` on counters and on nothing else; ``promtool check metrics``
+passes on the output (tests/sidecar/test_metrics.py). The per-partition families
+(``kafleet_partition_*``, labelled ``topic`` and ``partition``) can be switched off
+(``per_partition=False``, the sidecar's ``--partition-metrics off``) for topics of hundreds of
+partitions: 14 series a partition, 18 with the one-hot lag status. The group's aggregates of
+them (``kafleet_lag_records``, ``kafleet_max_partition_lag_records``,
+``kafleet_partitions_in_lag_status``, ...) are exported either way.
+
 Counters come from the worker's own totals, so they reset when the worker restarts, as
 Prometheus counters may.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,16 +36,43 @@ from prometheus_client.registry import Collector
 
 from kafleet.lag import STATUS_CODES, Status
 
-G, GTP = ["group"], ["group", "topic", "partition"]
+G, GTP, GS = ["group"], ["group", "topic", "partition"], ["group", "status"]
 
 # name (without kafleet_), type, labels, meaning
 METRICS: list[tuple[str, str, list[str], str]] = [
-    ("up", "gauge", G, "1 if the worker's state is fresh, else 0"),
+    ("state_fresh", "gauge", G, "1 if the worker's state is fresh, else 0"),
     ("healthy", "gauge", G, "1 if /healthz passes (polling, no record past processing_timeout_s)"),
     ("ready", "gauge", G, "1 if /readyz passes (in the group and polling)"),
-    ("seconds_since_poll", "gauge", G, "seconds since the worker last polled Kafka"),
+    (
+        "poll_age_seconds",
+        "gauge",
+        G,
+        "seconds since the worker last polled Kafka, counted to the scrape (a worker that "
+        "stopped writing its state ages)",
+    ),
     ("assigned_partitions", "gauge", G, "partitions assigned to the worker"),
     ("in_flight_records", "gauge", G, "records in handlers now"),
+    (
+        "lag_records",
+        "gauge",
+        G,
+        "the sum of the assigned partitions' lag (log-end minus committed)",
+    ),
+    ("max_partition_lag_records", "gauge", G, "the largest lag of an assigned partition"),
+    (
+        "partitions_in_lag_status",
+        "gauge",
+        GS,
+        "assigned partitions in each lag status (OK, WARN, STALL, STOP, REWIND)",
+    ),
+    ("queued_records", "gauge", G, "records queued in all partitions, not yet started"),
+    ("paused_partitions", "gauge", G, "partitions paused because their queue is full"),
+    (
+        "oldest_in_flight_seconds",
+        "gauge",
+        G,
+        "how long the oldest in-flight record of any partition has been in its handler",
+    ),
     ("max_poll_records", "gauge", G, "the effective max_poll_records (tuned live)"),
     ("concurrency", "gauge", G, "the effective concurrency (tuned live)"),
     ("partition_lag_records", "gauge", GTP, "log-end offset minus the committed offset"),
@@ -93,7 +130,7 @@ METRICS: list[tuple[str, str, list[str], str]] = [
         G,
         "partitions whose position went back (log truncation, offset reset); tracking restarted",
     ),
-    ("revoke_drain_seconds_last", "gauge", G, "how long the last revoke drained its partitions"),
+    ("last_revoke_drain_seconds", "gauge", G, "how long the last revoke drained its partitions"),
     ("pauses_total", "counter", G, "partition pauses for back-pressure"),
     ("resumes_total", "counter", G, "partition resumes"),
     (
@@ -145,90 +182,59 @@ def _lag(end: int | None, offset: int | None) -> int | None:
     return max(0, end - offset)
 
 
+def _poll_age(state: dict[str, Any], now: float) -> float | None:
+    """Seconds since the last poll at ``now``: the age the worker wrote plus the file's age."""
+    since = state.get("seconds_since_poll")
+    if since is None:
+        return None
+    written = state.get("written_at")
+    return float(since) + (max(0.0, now - float(written)) if written is not None else 0.0)
+
+
+def _families() -> dict[str, Any]:
+    families: dict[str, Any] = {}
+    for name, kind, labels, doc in METRICS:
+        full = f"kafleet_{name}"
+        if kind == "counter":
+            families[name] = CounterMetricFamily(full.removesuffix("_total"), doc, labels=labels)
+        elif kind == "histogram":
+            families[name] = HistogramMetricFamily(full, doc, labels=labels)
+        elif kind == "summary":
+            families[name] = SummaryMetricFamily(full, doc, labels=labels)
+        else:
+            families[name] = GaugeMetricFamily(full, doc, labels=labels)
+    return families
+
+
 class StateCollector(Collector):
-    def __init__(self, view: Callable[[], View]) -> None:
+    """Every family of ``METRICS`` from one ``view()``; ``per_partition`` keeps ``partition_*``."""
+
+    def __init__(self, view: Callable[[], View], per_partition: bool = True) -> None:
         self.view = view
+        self.per_partition = per_partition
 
     def collect(self) -> Iterator[Metric]:
         view = self.view()
         state = view.state or {}
         group = str(state.get("group_id", ""))
-        families: dict[str, Any] = {}
-        for name, kind, labels, doc in METRICS:
-            full = f"kafleet_{name}"
-            if kind == "counter":
-                families[name] = CounterMetricFamily(
-                    full.removesuffix("_total"), doc, labels=labels
-                )
-            elif kind == "histogram":
-                families[name] = HistogramMetricFamily(full, doc, labels=labels)
-            elif kind == "summary":
-                families[name] = SummaryMetricFamily(full, doc, labels=labels)
-            else:
-                families[name] = GaugeMetricFamily(full, doc, labels=labels)
+        families = _families()
 
         def put(name: str, value: float | None, *labels: str) -> None:
             if value is not None:
                 families[name].add_metric([group, *labels], float(value))
 
-        put("up", int(view.fresh))
+        put("state_fresh", int(view.fresh))
         put("healthy", int(view.healthy))
         put("ready", int(view.ready))
         if view.state is not None:
-            put("seconds_since_poll", state.get("seconds_since_poll"))
+            put("poll_age_seconds", _poll_age(state, time.time()))
             put("assigned_partitions", len(state.get("assigned", [])))
             put("in_flight_records", state.get("in_flight"))
             put("max_poll_records", state.get("max_poll_records"))
             put("concurrency", state.get("concurrency"))
-            for key, part in sorted(state.get("partitions", {}).items()):
-                tp = (str(part["topic"]), str(part["partition"]))
-                end = part.get("log_end")
-                put("partition_lag_records", _lag(end, part.get("committed")), *tp)
-                put("partition_position_lag_records", _lag(end, part.get("position")), *tp)
-                put("partition_committed_offset", part.get("committed"), *tp)
-                put("partition_position", part.get("position"), *tp)
-                put("partition_log_end_offset", end, *tp)
-                status = view.lag_status.get(key)
-                if status is not None:
-                    for candidate in STATUS_CODES:
-                        put("partition_lag_status", int(candidate == status), *tp, candidate)
-                    put("partition_lag_status_code", STATUS_CODES[status], *tp)
-                put("partition_queued_records", part.get("queued"), *tp)
-                put("partition_queued_bytes", part.get("queued_bytes"), *tp)
-                put("partition_paused", int(bool(part.get("paused"))), *tp)
-                put("partition_in_flight_records", part.get("in_flight"), *tp)
-                put("partition_oldest_in_flight_seconds", part.get("oldest_in_flight_s"), *tp)
-                if "sink" in state:
-                    put("partition_held_records", part.get("held"), *tp)
-            latency = state.get("handler_latency", {})
-            if latency:
-                cumulative, buckets = 0, []
-                for bound, count in zip(latency["buckets"], latency["counts"], strict=False):
-                    cumulative += count
-                    buckets.append((repr(float(bound)), cumulative))
-                total = sum(latency["counts"])
-                buckets.append(("+Inf", total))
-                families["handler_latency_seconds"].add_metric([group], buckets, latency["sum"])
-            commit = state.get("commit_latency", {})
-            if commit:
-                families["commit_latency_seconds"].add_metric(
-                    [group], commit.get("count", 0), commit.get("sum", 0.0)
-                )
-            for name, key in [
-                ("records_processed_total", "records_processed"),
-                ("handler_failures_total", "records_failed"),
-                ("records_retried_total", "retries"),
-                ("records_dead_lettered_total", "dead_lettered"),
-                ("commits_total", "commits"),
-                ("commit_failures_total", "commit_failures"),
-                ("rebalances_total", "rebalances"),
-                ("partitions_revoked_total", "partitions_revoked_total"),
-                ("partitions_lost_total", "partitions_lost_total"),
-                ("offset_rewinds_total", "offset_rewinds"),
-                ("abandoned_in_flight_records", "abandoned_in_flight"),
-                ("pauses_total", "pauses"),
-                ("resumes_total", "resumes"),
-            ]:
+            self._partitions(view, state, put)
+            self._histograms(state, group, families)
+            for name, key in COUNTERS:
                 put(name, state.get(key))
             sink = state.get("sink")
             if sink is not None:
@@ -240,8 +246,86 @@ class StateCollector(Collector):
             put("config_rejections_total", state.get("config_rejections"))
             put("config_rejected", int(state.get("config_rejected") is not None))
             revokes = state.get("revoke_seconds") or []
-            put("revoke_drain_seconds_last", revokes[-1] if revokes else None)
-        yield from families.values()
+            put("last_revoke_drain_seconds", revokes[-1] if revokes else None)
+        for name, family in families.items():
+            if self.per_partition or not name.startswith("partition_"):
+                yield family
+
+    def _partitions(self, view: View, state: dict[str, Any], put: Callable[..., None]) -> None:
+        """Each partition's families (when ``per_partition``) and the group's aggregates."""
+        lags: list[int] = []
+        queued, paused, oldest = 0, 0, 0.0
+        statuses = dict.fromkeys(STATUS_CODES, 0)
+        for key, part in sorted(state.get("partitions", {}).items()):
+            end = part.get("log_end")
+            lag = _lag(end, part.get("committed"))
+            status = view.lag_status.get(key)
+            lags += [lag] if lag is not None else []
+            queued += int(part.get("queued") or 0)
+            paused += int(bool(part.get("paused")))
+            oldest = max(oldest, float(part.get("oldest_in_flight_s") or 0.0))
+            if status is not None:
+                statuses[status] += 1
+            if not self.per_partition:
+                continue
+            tp = (str(part["topic"]), str(part["partition"]))
+            put("partition_lag_records", lag, *tp)
+            put("partition_position_lag_records", _lag(end, part.get("position")), *tp)
+            put("partition_committed_offset", part.get("committed"), *tp)
+            put("partition_position", part.get("position"), *tp)
+            put("partition_log_end_offset", end, *tp)
+            if status is not None:
+                for candidate in STATUS_CODES:
+                    put("partition_lag_status", int(candidate == status), *tp, candidate)
+                put("partition_lag_status_code", STATUS_CODES[status], *tp)
+            put("partition_queued_records", part.get("queued"), *tp)
+            put("partition_queued_bytes", part.get("queued_bytes"), *tp)
+            put("partition_paused", int(bool(part.get("paused"))), *tp)
+            put("partition_in_flight_records", part.get("in_flight"), *tp)
+            put("partition_oldest_in_flight_seconds", part.get("oldest_in_flight_s"), *tp)
+            if "sink" in state:
+                put("partition_held_records", part.get("held"), *tp)
+        put("lag_records", sum(lags))
+        put("max_partition_lag_records", max(lags, default=0))
+        for status, count in statuses.items():
+            put("partitions_in_lag_status", count, status)
+        put("queued_records", queued)
+        put("paused_partitions", paused)
+        put("oldest_in_flight_seconds", oldest)
+
+    @staticmethod
+    def _histograms(state: dict[str, Any], group: str, families: dict[str, Any]) -> None:
+        latency = state.get("handler_latency", {})
+        if latency:
+            cumulative, buckets = 0, []
+            for bound, count in zip(latency["buckets"], latency["counts"], strict=False):
+                cumulative += count
+                buckets.append((repr(float(bound)), cumulative))
+            buckets.append(("+Inf", sum(latency["counts"])))
+            families["handler_latency_seconds"].add_metric([group], buckets, latency["sum"])
+        commit = state.get("commit_latency", {})
+        if commit:
+            families["commit_latency_seconds"].add_metric(
+                [group], commit.get("count", 0), commit.get("sum", 0.0)
+            )
+
+
+# (family, the state's key) of the counters and the plain gauges copied as they are
+COUNTERS = [
+    ("records_processed_total", "records_processed"),
+    ("handler_failures_total", "records_failed"),
+    ("records_retried_total", "retries"),
+    ("records_dead_lettered_total", "dead_lettered"),
+    ("commits_total", "commits"),
+    ("commit_failures_total", "commit_failures"),
+    ("rebalances_total", "rebalances"),
+    ("partitions_revoked_total", "partitions_revoked_total"),
+    ("partitions_lost_total", "partitions_lost_total"),
+    ("offset_rewinds_total", "offset_rewinds"),
+    ("abandoned_in_flight_records", "abandoned_in_flight"),
+    ("pauses_total", "pauses"),
+    ("resumes_total", "resumes"),
+]
 
 
 def markdown() -> str:

@@ -1,16 +1,28 @@
 """``kafleet sidecar``: the second container of every worker pod, telling the truth about it.
 
-Owns: the HTTP server (``/healthz``, ``/readyz``, ``/metrics``, ``/status``, ``POST /tune``),
+Owns: what the HTTP server answers (``/healthz``, ``/readyz``, ``/metrics``, ``/status``),
 reading the worker's state file (see ``state_file.py`` for why a file), feeding each partition's
 lag window every second, and the command line. A separate process, so it answers when the
 worker hangs, crashes or has not started. The judgements are pure functions elsewhere:
-``assessment.py`` (live, ready), ``lag.py`` (Burrow-style status), ``metrics.py``.
+``assessment.py`` (live, ready), ``lag.py`` (Burrow-style status), ``metrics.py``; the
+server's bounds and its dual-stack socket are ``http_serving.py``'s.
 
 - ``GET /healthz``: 200 or 503, a plain-text body saying which check fails and since when.
 - ``GET /readyz``: 200 or 503 with the reason.
 - ``GET /metrics``: Prometheus text, every name ``kafleet_*``.
 - ``GET /status``: JSON: the worker's state, both verdicts and each partition's lag status.
-- ``POST /tune?max_poll_records=N&concurrency=M``: the worker applies them live (202).
+
+Nothing else, and no ``POST``: the ``POST /tune`` it once had is gone (405). It was open to
+the whole cluster through the metrics Service, and nothing needs it: the operator tunes
+``max_poll_records`` through the ConfigMap, which the worker watches and applies live
+(``live_config.py``). A second writer would make a pod differ from its ConfigMap, silently,
+and its ``tuning.json`` on the pod's volume was applied again over the ConfigMap when the
+worker container restarted. Serving it on localhost only would still leave that second
+writer; one way to tune is simpler to reason about, and a by-hand experiment is a
+``kubectl edit`` of the ConsumerGroup.
+
+``/metrics`` is rendered once at a time and the page reused for a second, so scrapers side by
+side cost one rendering (at 1,000 partitions a page is about 1.4 MB and 180 ms).
 """
 
 from __future__ import annotations
@@ -23,18 +35,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from kafleet import assessment
+from kafleet import assessment, http_serving
 from kafleet.lag import LagWindow, Sample, Status
 from kafleet.metrics import StateCollector, View
-from kafleet.state_file import pid_namespace, read_json, write_tuning
+from kafleet.state_file import pid_namespace, read_json
 
 log = logging.getLogger("kafleet.sidecar")
 
@@ -129,7 +141,24 @@ class Sidecar:
             self.sample(self.state())
 
 
-def make_handler(sidecar: Sidecar, registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
+class MetricsPage:
+    """``/metrics``' body: rendered by one thread at a time, reused for ``max_age_s``."""
+
+    def __init__(self, registry: CollectorRegistry, max_age_s: float = 1.0) -> None:
+        self.registry = registry
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._body, self._at = b"", -float("inf")
+
+    def body(self) -> bytes:
+        with self._lock:
+            if time.monotonic() - self._at >= self.max_age_s:
+                self._body = generate_latest(self.registry)
+                self._at = time.monotonic()
+            return self._body
+
+
+def make_handler(sidecar: Sidecar, page: MetricsPage) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "kafleet-sidecar"
 
@@ -152,7 +181,7 @@ def make_handler(sidecar: Sidecar, registry: CollectorRegistry) -> type[BaseHTTP
                 )
                 self._send(200 if verdict.ok else 503, verdict.body().encode())
             elif path == "/metrics":
-                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                self._send(200, page.body(), CONTENT_TYPE_LATEST)
             elif path == "/status":
                 view, live, ready = sidecar.judge()
                 body = {
@@ -169,31 +198,42 @@ def make_handler(sidecar: Sidecar, registry: CollectorRegistry) -> type[BaseHTTP
                 self._send(404, b"not found: try /healthz /readyz /metrics /status\n")
 
         def do_POST(self) -> None:
-            url = urlparse(self.path)
-            if url.path != "/tune":
-                self._send(404, b"not found: POST /tune?max_poll_records=N&concurrency=M\n")
-                return
-            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-            try:
-                values = {k: int(v) for k, v in query.items()}
-                request_id = write_tuning(sidecar.state_file, **values)
-            except ValueError as exc:
-                self._send(400, f"{exc}\n".encode())
-                return
-            body = json.dumps({"id": request_id, "requested": values}).encode()
-            self._send(202, body, "application/json")
+            self.send_response(405)
+            self.send_header("Allow", "GET")
+            body = b"only GET: tune through the ConsumerGroup (its ConfigMap), not here\n"
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
     return Handler
 
 
-def serve(sidecar: Sidecar, host: str, port: int) -> ThreadingHTTPServer:
+def serve(
+    sidecar: Sidecar,
+    host: str,
+    port: int,
+    *,
+    per_partition: bool = True,
+    workers: int = 4,
+    timeout_s: float = 5.0,
+) -> http_serving.BoundedHTTPServer:
     """Start serving in a background thread; returns the server (``shutdown()`` to stop)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(sidecar.view))
-    server = ThreadingHTTPServer((host, port), make_handler(sidecar, registry))
-    server.daemon_threads = True
+    registry.register(StateCollector(sidecar.view, per_partition=per_partition))
+    handler = make_handler(sidecar, MetricsPage(registry))
+    server = http_serving.listen(
+        host, port, handler, workers=workers, queued=4 * workers, timeout_s=timeout_s
+    )
     threading.Thread(target=server.serve_forever, name="kafleet-sidecar-http", daemon=True).start()
     return server
+
+
+def _on_off(text: str) -> bool:
+    if text.lower() in ("on", "true", "1", "yes"):
+        return True
+    if text.lower() in ("off", "false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"on or off, not {text!r}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -204,8 +244,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path(env("KAFLEET_STATE_FILE", "/var/run/kafleet/state.json")),
         help="the worker's state_file",
     )
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument(
+        "--host",
+        default=env("KAFLEET_SIDECAR_HOST", http_serving.DUAL_STACK),
+        help="where to listen; the default :: takes IPv6 and IPv4 (0.0.0.0 where IPv6 is absent)",
+    )
     parser.add_argument("--port", type=int, default=9400)
+    parser.add_argument(
+        "--partition-metrics",
+        type=_on_off,
+        default=_on_off(env("KAFLEET_SIDECAR_PARTITION_METRICS", "on")),
+        help="on: the kafleet_partition_* families, 14 series a partition; off: only the "
+        "group's aggregates (for topics of hundreds of partitions)",
+    )
+    parser.add_argument(
+        "--http-workers",
+        type=int,
+        default=4,
+        help="requests answered at once; 4 times as many wait, more are refused (503)",
+    )
+    parser.add_argument(
+        "--http-timeout-s",
+        type=float,
+        default=5.0,
+        help="a request (its reading and its answer) is cut off after this long",
+    )
     parser.add_argument(
         "--startup-grace-s",
         type=float,
@@ -250,8 +313,16 @@ def run(args: argparse.Namespace) -> int:
         lag_window=args.lag_window,
         stop_after_s=args.stop_after_s,
     )
-    server = serve(sidecar, args.host, args.port)
-    log.info("serving %s on %s:%d", args.state_file, args.host, server.server_address[1])
+    server = serve(
+        sidecar,
+        args.host,
+        args.port,
+        per_partition=args.partition_metrics,
+        workers=args.http_workers,
+        timeout_s=args.http_timeout_s,
+    )
+    host, port = server.server_address[:2]
+    log.info("serving %s on [%s]:%d", args.state_file, host, port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -54,6 +54,17 @@ def binary() -> str:
     return found
 
 
+def promtool() -> str:
+    """Prometheus' ``promtool`` (``check metrics`` lints an exposition), from the same package."""
+    found = shutil.which("promtool")
+    if found is None:
+        binary()  # installs the package, which carries promtool
+        found = shutil.which("promtool")
+    if found is None:
+        raise TestbedError("the prometheus package is installed, yet promtool is not on PATH")
+    return found
+
+
 @dataclass
 class Prometheus:
     workdir: Path

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from kafleet.lag import Status
 from kafleet.metrics import METRICS, StateCollector, View, markdown
+from kafleet.sidecar import MetricsPage
+from tests.infra.prometheus import promtool
 
 STATE = {
     "group_id": "billing",
@@ -57,10 +63,27 @@ STATE = {
 }
 
 
-def scrape(state: dict[str, object] = STATE) -> str:
+def scrape(
+    state: dict[str, object] = STATE,
+    per_partition: bool = True,
+    status: dict[str, Status] | None = None,
+) -> str:
+    lag_status: dict[str, Status] = status if status is not None else {"orders[0]": "WARN"}
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(lambda: View(state, True, True, True, {"orders[0]": "WARN"})))
+    registry.register(
+        StateCollector(lambda: View(state, True, True, True, lag_status), per_partition)
+    )
     return generate_latest(registry).decode()
+
+
+def value(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample ``name`` with ``labels`` (and ``group``) in ``text``."""
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")) and all(
+            f'{k}="{v}"' in line for k, v in labels.items()
+        ):
+            return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 def test_every_documented_metric_is_exported() -> None:
@@ -102,3 +125,76 @@ def test_rejected_config_changes_are_counted_and_flagged_until_a_good_change_cle
     assert 'kafleet_config_rejected{group="billing"} 1.0' in rejected
     assert 'kafleet_config_rejections_total{group="billing"} 2.0' in cleared
     assert 'kafleet_config_rejected{group="billing"} 0.0' in cleared
+
+
+BASE_UNITS = ("seconds", "bytes", "ratio", "volts", "amperes", "joules", "grams", "meters")
+NOT_BASE = ("milliseconds", "microseconds", "minutes", "hours", "days", "kilobytes", "megabytes")
+
+
+def test_every_metric_name_ends_in_its_unit_and_only_counters_end_in_total() -> None:
+    for name, kind, _labels, _doc in METRICS:
+        words = name.removesuffix("_total").split("_")
+        units = [w for w in words if w in BASE_UNITS]
+        assert not any(w in NOT_BASE for w in words), f"kafleet_{name}: not a base unit"
+        assert units in ([], [words[-1]]), f"kafleet_{name}: its unit is not the last word"
+        assert name.endswith("_total") == (kind == "counter"), f"kafleet_{name}: _total"
+
+
+def test_promtool_finds_nothing_to_say_about_the_exported_metrics() -> None:
+    for per_partition in (True, False):
+        text = scrape(per_partition=per_partition)
+
+        checked = subprocess.run(
+            [promtool(), "check", "metrics"], input=text, capture_output=True, text=True
+        )
+
+        assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
+
+
+def test_the_poll_age_counts_the_time_since_the_state_was_written() -> None:
+    hung = {**STATE, "written_at": time.time() - 30, "seconds_since_poll": 0.02}
+
+    age = value(scrape(hung), "kafleet_poll_age_seconds")
+
+    assert age is not None
+    assert 30 <= age < 31
+
+
+def test_without_per_partition_metrics_only_the_groups_aggregates_are_exported() -> None:
+    two = {**STATE["partitions"]["orders[0]"], "partition": 1, "committed": 100, "paused": False}  # type: ignore[index]
+    state = {**STATE, "partitions": {**STATE["partitions"], "orders[1]": two}}  # type: ignore[dict-item]
+    status: dict[str, Status] = {"orders[0]": "WARN", "orders[1]": "OK"}
+
+    full = scrape(state, per_partition=True, status=status)
+    aggregates = scrape(state, per_partition=False, status=status)
+
+    assert "kafleet_partition_" in full
+    assert "kafleet_partition_" not in aggregates
+    for text in (full, aggregates):
+        assert value(text, "kafleet_lag_records") == 30 + 20
+        assert value(text, "kafleet_max_partition_lag_records") == 30
+        assert value(text, "kafleet_partitions_in_lag_status", status="WARN") == 1
+        assert value(text, "kafleet_partitions_in_lag_status", status="STALL") == 0
+        assert value(text, "kafleet_queued_records") == 40
+        assert value(text, "kafleet_paused_partitions") == 1
+
+
+def test_scrapers_side_by_side_share_one_rendering_of_the_page() -> None:
+    renders = []
+
+    def view() -> View:
+        renders.append(1)
+        time.sleep(0.2)
+        return View(STATE, True, True, True, {})
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StateCollector(view))
+    page = MetricsPage(registry)
+    scrapers = [threading.Thread(target=page.body) for _ in range(4)]
+
+    for scraper in scrapers:
+        scraper.start()
+    for scraper in scrapers:
+        scraper.join()
+
+    assert len(renders) == 1

@@ -4,34 +4,23 @@ started or stopped, and its metrics carry the lag the admin API reports."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TopicFactory
-from tests.infra import kafka as kafka_infra
+from tests.conftest import TopicFactory
 from tests.infra.prometheus import start_prometheus
 from tests.infra.records import ProduceReport
 from tests.infra.waiting import wait_until
+from tests.sidecar.conftest import get
 
 Worker = Callable[..., subprocess.Popen[bytes]]
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def metric(text: str, name: str, **labels: str) -> float | None:
@@ -41,51 +30,6 @@ def metric(text: str, name: str, **labels: str) -> float | None:
         if named and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     return None
-
-
-@pytest.fixture
-def sidecar(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    """``sidecar(state_file, *flags)``: a real ``kafleet sidecar``; returns its base URL."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(state_file: Path, *flags: str) -> str:
-        port = kafka_infra.free_port()
-        log = open(tmp_path / f"sidecar-{port}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kafleet",
-                "sidecar",
-                "--state-file",
-                str(state_file),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                *flags,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-        started.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _answers(url), 30, "the sidecar to answer")
-        return url
-
-    yield start
-    for proc in started:
-        proc.terminate()
-        proc.wait(10)
-
-
-def _answers(url: str) -> bool:
-    try:
-        get(url + "/healthz")
-    except OSError:
-        return False
-    return True
 
 
 def test_metrics_carry_the_lag_the_admin_api_reports_and_a_hung_handler_turns_healthz_red(
@@ -238,28 +182,17 @@ def test_readyz_follows_the_workers_life_from_not_started_to_stopped(
     assert "the worker stopped" in get(url + "/healthz")[1]
 
 
-def test_tuning_posted_to_the_sidecar_reaches_the_running_worker_without_a_rebalance(
-    topic_factory: TopicFactory,
-    group_id: Callable[[], str],
-    worker: Worker,
-    sidecar: Callable[..., str],
-    tmp_path: Path,
+def test_the_sidecar_takes_no_tuning_over_http_the_configmap_is_the_one_way(
+    sidecar: Callable[..., str], tmp_path: Path
 ) -> None:
-    topic, state = topic_factory(partitions=1), tmp_path / "state.json"
-    worker(topic, group_id(), tmp_path / "done.txt", "--state-file", str(state))
+    state = tmp_path / "state.json"
     url = sidecar(state)
-    wait_until(lambda: get(url + "/readyz")[0] == 200, 30, "the worker to be ready")
-
     request = urllib.request.Request(url + "/tune?max_poll_records=33&concurrency=5", method="POST")
-    with urllib.request.urlopen(request, timeout=5) as response:
-        assert response.status == 202
-        request_id = json.loads(response.read())["id"]
 
-    def worker_state() -> dict[str, object]:
-        return json.loads(get(url + "/status")[1])["worker"]  # type: ignore[no-any-return]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
 
-    wait_until(lambda: worker_state()["tuning_applied"] == request_id, 10, "the tuning")
-    assert worker_state()["max_poll_records"] == 33
-    assert worker_state()["concurrency"] == 5
-    assert worker_state()["rebalances"] == 1
-    assert os.path.exists(state.with_name("tuning.json"))
+    assert refused.value.code == 405
+    assert refused.value.headers["Allow"] == "GET"
+    assert "tune through the ConsumerGroup" in refused.value.read().decode()
+    assert not state.with_name("tuning.json").exists()

@@ -1,0 +1,148 @@
+"""The sidecar's HTTP server on its own: a silent or slow client cannot hold it, and it answers
+on IPv6 and IPv4 alike; a real ``kafleet sidecar`` process, no worker needed."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import socketserver
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafleet import http_serving
+from tests.infra.waiting import wait_until
+from tests.sidecar.conftest import Sidecars, get
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def threads_of(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def silent_client(port: int) -> socket.socket:
+    """A client that connects and sends nothing."""
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+def test_a_client_that_sends_nothing_is_cut_off_and_does_not_hold_the_server(
+    sidecar: Sidecars, tmp_path: Path
+) -> None:
+    url = sidecar(tmp_path / "state.json", "--http-timeout-s", "1")
+    silent = silent_client(port_of(url))
+
+    started = time.monotonic()
+    assert get(url + "/healthz", timeout=2)[0] == 200  # another client, meanwhile
+    assert time.monotonic() - started < 1
+
+    silent.settimeout(5)
+    started = time.monotonic()
+    assert silent.recv(100) == b""  # the server closed it
+    assert time.monotonic() - started < 3
+    silent.close()
+
+
+def test_a_client_trickling_its_request_is_cut_off_at_the_deadline(
+    sidecar: Sidecars, tmp_path: Path
+) -> None:
+    url = sidecar(tmp_path / "state.json", "--http-timeout-s", "1")
+    slow = silent_client(port_of(url))
+    started = time.monotonic()
+    closed = False
+    for piece in [b"GET /heal", b"thz HT", b"TP/1.0\r\n", b"X-A: b\r\n"] * 3:
+        try:
+            slow.sendall(piece)
+        except OSError:
+            closed = True
+            break
+        time.sleep(0.4)  # each piece inside the per-read timeout, the whole past the deadline
+    slow.settimeout(5)
+    answer = b"" if closed else slow.recv(100)
+
+    assert closed or answer == b""
+    assert time.monotonic() - started < 4
+    slow.close()
+
+
+def healthy(url: str) -> bool:
+    try:
+        return get(url + "/healthz", timeout=2)[0] == 200
+    except OSError:  # a timeout while it is still full
+        return False
+
+
+def test_many_silent_clients_cannot_exhaust_the_threads_and_the_rest_are_told_busy(
+    sidecar: Sidecars, tmp_path: Path
+) -> None:
+    url = sidecar(tmp_path / "state.json", "--http-timeout-s", "2", "--http-workers", "2")
+    pid = sidecar.pid(url)
+    before = threads_of(pid)
+
+    clients = [silent_client(port_of(url)) for _ in range(60)]
+    time.sleep(0.5)
+    during = threads_of(pid)
+    status, body = get(url + "/healthz", timeout=2)  # two handlers held, eight waiting: full
+
+    assert during <= before <= 2 + 2  # the main thread, the accept loop, the two handlers
+    assert (status, body) == (503, "busy: every handler is taken, try again\n")
+    # The silent ones are cut off at their deadline (2 s after acceptance; a busy machine
+    # may add a little), and the server answers again.
+    wait_until(lambda: healthy(url), 10, "the server to answer /healthz again")
+    for client in clients:
+        client.close()
+
+
+def test_the_sidecar_answers_on_ipv6_and_ipv4_loopback_by_default(
+    sidecar: Sidecars, tmp_path: Path
+) -> None:
+    url = sidecar(tmp_path / "state.json", host=None)
+    port = port_of(url)
+
+    assert get(f"http://[::1]:{port}/healthz")[0] == 200
+    assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+
+
+class Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class SocketModule:
+    """``socketserver``'s view of the ``socket`` module, with ``socket()`` replaced."""
+
+    def __init__(self, factory: Any) -> None:
+        self.socket = factory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(socket, name)
+
+
+def test_where_the_kernel_has_no_ipv6_the_server_listens_on_ipv4(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = socket.socket
+
+    def no_ipv6(family: int = socket.AF_INET, *args: Any, **kwargs: Any) -> socket.socket:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *args, **kwargs)
+
+    monkeypatch.setattr(socketserver, "socket", SocketModule(no_ipv6))
+    server = http_serving.listen("::", 0, Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert server.server_address[0] == "0.0.0.0"
+        assert get(f"http://127.0.0.1:{server.server_address[1]}/")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
