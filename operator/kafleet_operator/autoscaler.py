@@ -1,10 +1,18 @@
 """One pass's autoscaling step: read the group's lag from Kafka, wish and decide replicas.
 
 Owns: the lag client of each group (in the pass's memo: connecting as the workers do, with
-the passwords of the Secrets the spec names), the histories the policies read (log-end offsets
-for the time lag, wishes for the stabilization windows), writing the lag figures to the
-status, and scaling through the ``scale`` subresource (as ``kubectl scale`` and an HPA do),
-with an Event for every decision. Returns the ``Degraded`` condition that reading the lag gave.
+the passwords of the Secrets the spec names), the histories the policies read (offsets for
+the time lag and the rates, wishes for the stabilization windows, the recent scale ups for
+the HPA-style policies; ``histories.py``, sized from the policy), when this process began
+watching the group (no scale down before a whole window: a restart forgets the window), the
+failed reads in a row (``fallback``), the sidecars' verdicts with ``exclude_persistent_lag``,
+writing the lag figures to the status, and scaling through the ``scale`` subresource (as
+``kubectl scale`` and an HPA do), with an Event for every change. Returns the ``Degraded``
+condition that reading the lag gave and the ``Active`` one (lag over ``activation_lag``).
+
+A read that fails is unknown, not zero: the replicas are held (or fall back), the pass says
+``Degraded`` with the reason. A topic that does not exist is named (``Degraded``), and the
+group scales on the topics that do.
 
 Does not own the policies (``scaling.py``), reading offsets (``lag_reader.py``) or the rest of
 a pass (``observer.py``).
@@ -12,22 +20,45 @@ a pass (``observer.py``).
 
 from __future__ import annotations
 
+import calendar
 import logging
 import time
-from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 from confluent_kafka import KafkaException
 from kubernetes import client as k8s
 
-from kafleet_operator import credentials, lag_reader, scaling
-from kafleet_operator.conditions import condition
+from kafleet_operator import credentials, histories, lag_reader, scaling, sidecars
+from kafleet_operator.autopilot import Autoscaling
+from kafleet_operator.conditions import Condition, condition
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.kube import client, post_event
 from kafleet_operator.spec import ParsedSpec
 
 log = logging.getLogger("kafleet.operator")
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def _memory(memo: Any, parsed: ParsedSpec, now: float) -> Any:
+    """The group's memory, anew when it reads another group; horizons follow the policy."""
+    worker, policy = parsed.worker, parsed.fleet.autoscaling or Autoscaling()
+    if memo.get("reader_of") != (worker.bootstrap_servers, worker.group_id):
+        memo["reader_of"] = (worker.bootstrap_servers, worker.group_id)
+        memo["offsets"] = histories.Offsets(0.0)
+        memo["wishes"] = histories.Wishes(0.0)
+        memo["watched_since"] = now
+        memo["steps"] = []
+        memo["failures"] = 0
+    memo["offsets"].horizon_s = histories.offsets_horizon_s(policy.target_time_lag_s)
+    memo["wishes"].horizon_s = max(
+        policy.scale_down_stabilization_s, policy.scale_up_stabilization_s
+    )
+    if "reader" not in memo:
+        memo["reader"] = lag_reader.LagReader()
+        memo["secrets"] = credentials.Credentials(credentials.secret_reader(client()))
+    return memo
 
 
 def observe_lag(
@@ -37,20 +68,17 @@ def observe_lag(
     patch: kopf.Patch,
     memo: Any,
     replicas: int,
+    ready: int,
     generation: int,
-) -> dict[str, Any]:
-    worker = parsed.worker
-    if memo.get("reader_of") != (worker.bootstrap_servers, worker.group_id):
-        memo["reader_of"] = (worker.bootstrap_servers, worker.group_id)
-        memo["ends"] = deque(maxlen=120)
-        memo["wishes"] = deque(maxlen=2000)
-    # The client connects as the workers do: their security, passwords from their Secrets.
-    if "reader" not in memo:
-        memo["reader"] = lag_reader.LagReader()
-        memo["secrets"] = credentials.Credentials(credentials.secret_reader(client()))
+) -> tuple[Condition, list[Condition]]:
+    """Read the lag, write its figures, scale; (the Degraded condition, [Active])."""
+    worker, policy = parsed.worker, parsed.fleet.autoscaling
+    now = time.time()
+    memo = _memory(memo, parsed, now)
     reader, secrets = memo["reader"], memo["secrets"]
+    namespace, name = body.metadata["namespace"], body.metadata["name"]
     try:
-        security = secrets.get(parsed.fleet.security, body.metadata["namespace"])
+        security = secrets.get(parsed.fleet.security, namespace)
         reading = reader.read(
             worker.bootstrap_servers,
             worker.group_id,
@@ -58,30 +86,28 @@ def observe_lag(
             list(worker.topics),
             worker.topic_pattern,
             worker.auto_offset_reset == "earliest",
+            policy is not None and policy.scale_to_zero_on_invalid_offset,
         )
     except credentials.CredentialsError as exc:
-        return condition("Degraded", True, exc.reason, f"cannot read lag: {exc}", generation)
+        return _unreadable(body, parsed, patch, memo, replicas, exc.reason, f"{exc}")
+    except lag_reader.LagUnreadableError as exc:
+        return _unreadable(body, parsed, patch, memo, replicas, "LagUnreadable", f"{exc}")
     except KafkaException as exc:
         if lag_reader.is_authentication_failure(exc):
             secrets.forget()  # the next pass reads the Secrets again: they may be rotated
-            return condition(
-                "Degraded",
-                True,
-                "KafkaAuthenticationFailed",
+            message = (
                 f"bootstrap_servers {worker.bootstrap_servers} refused the credentials of "
-                f"spec.security: {lag_reader.describe(exc)}",
-                generation,
+                f"spec.security: {lag_reader.describe(exc)}"
             )
-        return condition(
-            "Degraded",
-            True,
-            "KafkaUnreachable",
-            f"cannot read lag from bootstrap_servers {worker.bootstrap_servers}: {exc}",
-            generation,
-        )
-    now = time.time()
-    memo["ends"].append((now, reading.end_total))
-    time_lag = scaling.time_lag_s(list(memo["ends"]), reading.committed_total, now)
+            reason = "KafkaAuthenticationFailed"
+        else:
+            message = f"bootstrap_servers {worker.bootstrap_servers}: {lag_reader.describe(exc)}"
+            reason = "KafkaUnreachable"
+        return _unreadable(body, parsed, patch, memo, replicas, reason, message)
+    memo["failures"] = 0
+    offsets: histories.Offsets = memo["offsets"]
+    offsets.add(now, reading.end_total, reading.committed_total, ready)
+    time_lag = scaling.time_lag_s(offsets.ends(), reading.committed_total, now)
     patch.status.update(
         {
             "lag": reading.total,
@@ -91,30 +117,111 @@ def observe_lag(
         }
     )
     if reading.missing_topics:
-        return condition(
+        degraded = condition(
             "Degraded",
             True,
             "TopicNotFound",
-            f"topics {reading.missing_topics} (spec.topics) do not exist",
+            f"topics {reading.missing_topics} (spec.topics) do not exist: scaling on the "
+            f"{reading.partitions} partitions of the others",
             generation,
         )
-    policy = parsed.fleet.autoscaling
-    if policy is not None and reading.partitions:
-        wish = scaling.wanted(reading.total, reading.partitions, policy, time_lag, replicas)
-        memo["wishes"].append((now, wish))
-        decision = scaling.decide(replicas, list(memo["wishes"]), now, policy)
-        if decision.changes:
-            _scale(body, decision, reading.total, reading.partitions)
-            patch.status["lastScaleTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            patch.status["lastScaleReason"] = decision.reason
-    return condition("Degraded", False, "Observed", "lag read from Kafka", generation)
-
-
-def _scale(body: kopf.Body, decision: scaling.Decision, lag: int, partitions: int) -> None:
-    message = (
-        f"replicas {body.spec.get('replicas', 1)} -> {decision.replicas}: lag {lag} "
-        f"over {partitions} partitions"
+    else:
+        degraded = condition("Degraded", False, "Observed", "lag read from Kafka", generation)
+    if policy is None:
+        return degraded, []
+    active = reading.total > policy.activation_lag
+    active_condition = condition(
+        "Active",
+        active,
+        "LagOverActivation" if active else "LagAtOrUnderActivation",
+        f"lag {reading.total} {'over' if active else 'at or under'} activation_lag "
+        f"{policy.activation_lag}",
+        generation,
     )
+    if reading.partitions:
+        lag = reading.total
+        if policy.exclude_persistent_lag:
+            lag = scaling.driving_lag(reading.lag, _persistent(namespace, name))
+        input_rate, per_replica = offsets.rates(now)
+        rates = scaling.Rates(input_rate or 0.0, per_replica)
+        wish = scaling.wanted(lag, reading.partitions, policy, time_lag, replicas, rates)
+        memo["wishes"].add(now, wish)
+        decision = scaling.decide(
+            replicas,
+            memo["wishes"].samples(),
+            now,
+            policy,
+            ready=ready,
+            watched_since=memo["watched_since"],
+            steps=memo["steps"],
+            since_scale_s=_since_scale(memo, status, now),
+        )
+        _apply(body, patch, memo, decision, now, f"lag {lag} over {reading.partitions} partitions")
+    return degraded, [active_condition]
+
+
+def _unreadable(
+    body: kopf.Body,
+    parsed: ParsedSpec,
+    patch: kopf.Patch,
+    memo: Any,
+    replicas: int,
+    reason: str,
+    message: str,
+) -> tuple[Condition, list[Condition]]:
+    """The lag could not be read: hold the replicas, or fall back after the threshold."""
+    memo["failures"] += 1
+    generation = body.metadata.get("generation", 0)
+    policy = parsed.fleet.autoscaling
+    if policy is not None:
+        decision = scaling.unreadable(replicas, memo["failures"], policy)
+        why = f"lag unknown ({memo['failures']} failed reads in a row)"
+        _apply(body, patch, memo, decision, time.time(), why)
+        message += (
+            f"; falling back to {decision.replicas} replicas"
+            if decision.reason == "Fallback"
+            else f"; holding {replicas} replicas"
+        )
+    return condition("Degraded", True, reason, f"cannot read lag: {message}", generation), []
+
+
+def _persistent(namespace: str, name: str) -> dict[str, str]:
+    """Each partition's lag verdict, from the ready pods' sidecars."""
+    statuses: dict[str, str] = {}
+    for report in sidecars.read(namespace, name):
+        for key, verdict in (report.status.get("lag_status") or {}).items():
+            if statuses.get(key) not in scaling.PERSISTENT:
+                statuses[key] = str(verdict)
+    return statuses
+
+
+def _since_scale(memo: Any, status: Mapping[str, Any], now: float) -> float | None:
+    last = memo.get("last_scale")
+    if last is None and status.get("lastScaleTime"):  # before this process: the status says
+        try:
+            last = calendar.timegm(time.strptime(str(status["lastScaleTime"]), TIME_FORMAT))
+        except ValueError:
+            last = None
+    return None if last is None else now - last
+
+
+def _apply(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: Any,
+    decision: scaling.Decision,
+    now: float,
+    why: str,
+) -> None:
+    if not decision.changes:
+        if decision.reason not in ("Steady", "External"):
+            log.debug("%s: %s (%s)", body.metadata["name"], decision.reason, why)
+        return
+    if decision.replicas > decision.current:
+        memo["steps"] = [s for s in memo["steps"] if now - s[0] < 3600]
+        memo["steps"].append((now, decision.current))
+    memo["last_scale"] = now
+    message = f"replicas {decision.current} -> {decision.replicas}: {why}"
     k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_scale(
         GROUP,
         VERSION,
@@ -123,5 +230,7 @@ def _scale(body: kopf.Body, decision: scaling.Decision, lag: int, partitions: in
         body.metadata["name"],
         {"spec": {"replicas": decision.replicas}},
     )
+    patch.status["lastScaleTime"] = time.strftime(TIME_FORMAT, time.gmtime(now))
+    patch.status["lastScaleReason"] = decision.reason
     post_event(body, decision.reason, message)
     log.info("%s/%s: %s", body.metadata["namespace"], body.metadata["name"], message)

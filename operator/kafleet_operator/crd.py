@@ -44,6 +44,15 @@ RULES = [
         "fieldPath": ".autoscaling.min_replicas",
     },
     {
+        "rule": "!has(self.autoscaling) || !has(self.autoscaling.fallback) || "
+        "((!has(self.autoscaling.min_replicas) || "
+        "self.autoscaling.fallback.replicas >= self.autoscaling.min_replicas) && "
+        "(!has(self.autoscaling.max_replicas) || "
+        "self.autoscaling.fallback.replicas <= self.autoscaling.max_replicas))",
+        "message": "autoscaling.fallback.replicas must lie within min_replicas and max_replicas",
+        "fieldPath": ".autoscaling.fallback.replicas",
+    },
+    {
         "rule": "!has(self.guarantee) || self.guarantee != 'exactly-once' || has(self.spark)",
         "message": "guarantee exactly-once needs spark with spark.table: the Delta table that "
         "stores the offsets with the output",
@@ -75,16 +84,39 @@ STATUS = {
         "maxPartitionLag": {"type": "integer", "format": "int64"},
         "timeLagSeconds": {"type": "number"},
         "partitions": {"type": "integer"},
-        "maxPollRecords": {"type": "integer"},
+        "maxPollRecords": {
+            "type": "integer",
+            "description": "the max_poll_records the ConfigMap holds (asked of the workers)",
+        },
+        "tuning": {
+            "type": "object",
+            "nullable": True,
+            "description": "max_poll_records tuning: where it started and what the pods applied",
+            "properties": {
+                "from": {"type": "integer", "description": "the spec value it started from"},
+                "changedAt": {"type": "string"},
+                "pods": {"type": "integer", "description": "ready pods reporting a value"},
+                "appliedMin": {"type": "integer", "nullable": True},
+                "appliedMax": {"type": "integer", "nullable": True},
+                "pending": {
+                    "type": "boolean",
+                    "description": "the last change is not yet applied by every ready pod",
+                },
+                "latencySeconds": {"type": "number", "nullable": True},
+                "rejected": {"type": "string", "nullable": True},
+            },
+        },
         "lastScaleTime": {"type": "string"},
         "lastScaleReason": {"type": "string"},
         "applyFailure": {
             "type": "object",
             "nullable": True,
-            "description": "the API server's refusal of a generation's objects",
+            "description": "the refusal of a generation's objects: the API server's "
+            "(ApplyFailed), or the operator's of an object it does not own (NotOwned)",
             "properties": {
                 "generation": {"type": "integer", "format": "int64"},
                 "message": {"type": "string"},
+                "reason": {"type": "string"},
             },
         },
         "conditions": {
@@ -114,12 +146,25 @@ COLUMNS = [
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
     },
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
+    {"name": "Min", "type": "integer", "jsonPath": ".spec.autoscaling.min_replicas"},
+    {"name": "Max", "type": "integer", "jsonPath": ".spec.autoscaling.max_replicas"},
+    {
+        "name": "Active",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Active")].status',
+    },
     {"name": "Lag", "type": "integer", "jsonPath": ".status.lag"},
     {"name": "MaxPollRecords", "type": "integer", "jsonPath": ".status.maxPollRecords"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Partitions", "type": "integer", "jsonPath": ".status.partitions", "priority": 1},
     {"name": "TimeLag", "type": "number", "jsonPath": ".status.timeLagSeconds", "priority": 1},
     {"name": "Reason", "type": "string", "jsonPath": ".status.lastScaleReason", "priority": 1},
+    {
+        "name": "Paused",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Paused")].status',
+        "priority": 1,
+    },
 ]
 
 

@@ -14,7 +14,21 @@ objects with it), and no handler asks kopf for one (no ``on.delete``, no timer o
 a group is deleted at once even while the operator is down.
 
 Replicas: ``spec.replicas`` is the one source (the ``scale`` subresource writes it, so
-``kubectl scale``, an HPA or KEDA work); internal autoscaling writes it the same way.
+``kubectl scale``, an HPA or KEDA work); internal autoscaling writes it the same way. While
+``kafleet.io/paused-replicas`` is set the Deployment is held at that count instead, and while
+``kafleet.io/pause-reconciliation`` is true nothing is applied (``pause.py``). kopf never
+runs the update handler for those annotations: it leaves every annotation under its storage
+prefix (``kafleet.io/``) out of the diff (``AnnotationsProgressStorage.clear``, and the
+``kafleet.io/kopf-managed`` marker), even one registered as a field. So ``pause_changed``
+watches every event of a group and applies its objects when what the annotations pause
+differs from what this process last saw (in either direction).
+
+Owned objects: every Deployment, ConfigMap and Service labelled managed-by kafleet-operator is
+watched (a server-side label selector); one deleted, or changed by someone other than this
+process, is put back from its group (``owned.py``), so a deleted fleet comes back at once and a
+hand edit of the image, the probes or the replicas is reverted. An object of the same name
+that the group does not control is never taken over: the reconcile records ``NotOwned``
+naming it (``Degraded``) and retries with backoff, so the name is taken once it is free.
 
 Does not own the objects' shape (``builders.py``), what a pass does (``observer.py``) or the
 policies.
@@ -31,9 +45,11 @@ from typing import Any, NoReturn
 import kopf
 from kubernetes import client as k8s
 
-from kafleet_operator import builders, observer, periodic, tuner
+from kafleet.errors import ConfigError
+from kafleet_operator import builders, kube, observer, owned, pause, periodic, tuner
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.kube import api_message, apply
+from kafleet_operator.spec import ParsedSpec, parse_spec
 
 log = logging.getLogger("kafleet.operator")
 # `kafleet operator --interval-s` sets this (before this module loads).
@@ -41,6 +57,8 @@ INTERVAL_S = float(os.environ.get("KAFLEET_OPERATOR_INTERVAL_S", "5"))
 # A failed apply is retried after this many seconds, doubling up to the last (a 5xx only: a
 # refusal (4xx) waits for an edit of the spec, which runs the reconcile again at once).
 APPLY_BACKOFF_S = (5.0, 60.0)
+MANAGED = {"app.kubernetes.io/managed-by": builders.labels("")["app.kubernetes.io/managed-by"]}
+OWNED = (("apps", "v1", "deployments"), ("v1", "configmaps"), ("v1", "services"))
 
 
 @kopf.on.startup()
@@ -61,6 +79,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.execution.max_workers = 8
     settings.networking.request_timeout = 30
     settings.posting.level = logging.INFO  # Events for what the operator decides
+    # The owned objects are watched for deletions and hand edits: only ours, filtered by the
+    # API server (not every Deployment, ConfigMap and Service of the watched namespaces).
+    selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+    for resource in OWNED:
+        settings.watching.label_selectors[resource] = selector
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -96,20 +119,37 @@ def reconcile(
     parsed = observer.parse(body, status, patch)
     if parsed is None:
         return
-    owner = _owner(body)
-    name = body.metadata["name"]
-    generation = body.metadata.get("generation", 0)
-    mpr = tuner.effective_max_poll_records(parsed, status)
+    held = pause.read(body.metadata)
+    if held.reconciliation:  # the pass says ReconciliationPaused; resuming runs this again
+        log.info(
+            "%s: %s is true: nothing applied", body.metadata["name"], pause.PAUSE_RECONCILIATION
+        )
+        return
     try:
-        apply(builders.config_map(owner, parsed, mpr))
-        deployment = apply(builders.deployment(owner, parsed, parsed.fleet.replicas))
-        apply(builders.service(owner))
-    except k8s.ApiException as exc:
-        _refused(body, patch, exc, generation, retry)
+        deployment = _apply_all(body, parsed, held)
+    except (kube.NotOwnedError, k8s.ApiException) as exc:
+        _refused(body, patch, exc, retry)
+    _applied(body, patch, deployment)
+
+
+def _apply_all(body: kopf.Body, parsed: ParsedSpec, held: pause.Pause) -> dict[str, Any]:
+    """Apply the group's ConfigMap, Deployment and Service; the Deployment as applied."""
+    owner = _owner(body)
+    # The one writer of the ConfigMap (with the pass's tuner): from the live one, under a
+    # lock per group, so this event's older copy of the status never undoes a tuning.
+    tuner.apply_config_map(body, parsed)
+    deployment = apply(
+        builders.deployment(owner, parsed, held.deployment_replicas(parsed.fleet.replicas))
+    )
+    apply(builders.service(owner))
+    return deployment
+
+
+def _applied(body: kopf.Body, patch: kopf.Patch, deployment: dict[str, Any]) -> None:
+    generation = body.metadata.get("generation", 0)
     patch.status["applyFailure"] = None
     patch.status["observedGeneration"] = generation
-    patch.status["labelSelector"] = builders.selector(name)
-    patch.status["maxPollRecords"] = mpr
+    patch.status["labelSelector"] = builders.selector(body.metadata["name"])
     ready = (deployment.get("status") or {}).get("readyReplicas") or 0
     # Conditions are the periodic pass's to write (it reads the freshest status): a list written
     # from this event's older copy of the status would drop what a pass set meanwhile.
@@ -117,17 +157,29 @@ def reconcile(
     patch.status["readyReplicas"] = ready
 
 
-def _refused(
-    body: kopf.Body, patch: kopf.Patch, exc: k8s.ApiException, generation: int, retry: int
-) -> NoReturn:
-    """Record the API server's refusal for the periodic pass (it writes Degraded with the
-    message); then retry with backoff if the server failed, or wait for an edit if it judged
-    the objects wrong (an edit runs the reconcile again at once)."""
-    message = api_message(exc)
-    patch.status["applyFailure"] = {"generation": generation, "message": message}
+def _failure(body: kopf.Body, patch: kopf.Patch, exc: k8s.ApiException | kube.NotOwnedError) -> str:
+    """Record a refusal for the periodic pass (it writes Degraded with the message): the API
+    server's (ApplyFailed), or the operator's own of an object it does not own (NotOwned)."""
+    generation = body.metadata.get("generation", 0)
+    if isinstance(exc, kube.NotOwnedError):
+        reason, message = "NotOwned", str(exc)
+    else:
+        reason, message = "ApplyFailed", api_message(exc)
+    patch.status["applyFailure"] = {"generation": generation, "message": message, "reason": reason}
     patch.status["observedGeneration"] = generation
-    kopf.warn(body, reason="ApplyFailed", message=message)
-    delay = apply_retry_delay(exc.status or 0, retry)
+    kopf.warn(body, reason=reason, message=message)
+    return message
+
+
+def _refused(
+    body: kopf.Body, patch: kopf.Patch, exc: k8s.ApiException | kube.NotOwnedError, retry: int
+) -> NoReturn:
+    """Record the refusal (``_failure``); then retry with backoff if the server failed or the
+    name is someone else's (it may be freed), or wait for an edit if the API server judged
+    the objects wrong (an edit runs the reconcile again at once)."""
+    message = _failure(body, patch, exc)
+    status_code = 503 if isinstance(exc, kube.NotOwnedError) else exc.status or 0
+    delay = apply_retry_delay(status_code, retry)
     if delay is None:
         raise kopf.PermanentError(f"refused by the API server: {message}") from exc
     raise kopf.TemporaryError(message, delay=delay) from exc
@@ -143,3 +195,52 @@ def apply_retry_delay(status_code: int, retry: int) -> float | None:
     if 400 <= status_code < 500 and status_code not in (408, 409, 429):
         return None
     return float(min(most, first * 2**retry))
+
+
+_pauses: dict[str, pause.Pause] = {}  # each group's pause as this process last saw it
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """A pause annotation added, changed or removed: apply the group's objects as they should
+    be now (the Deployment held or not; everything, once reconciliation resumes). The first
+    sight of a group is the create or resume handler's."""
+    uid = body.metadata["uid"]
+    if type == "DELETED":
+        _pauses.pop(uid, None)
+        return
+    held, before = pause.read(body.metadata), _pauses.get(uid)
+    _pauses[uid] = held
+    if before is None or before == held:
+        return
+    log.info("%s: pause %s -> %s", body.metadata["name"], before, held)
+    if held.reconciliation:
+        return
+    try:
+        parsed = parse_spec(dict(body.spec))
+    except ConfigError:
+        return  # the pass reports the spec
+    try:
+        deployment = _apply_all(body, parsed, held)
+    except (kube.NotOwnedError, k8s.ApiException) as exc:
+        _failure(body, patch, exc)  # the reconcile's retries, or the next edit, apply again
+        return
+    _applied(body, patch, deployment)
+
+
+@kopf.on.event(*OWNED[0], labels=MANAGED)
+@kopf.on.event(*OWNED[1], labels=MANAGED)
+@kopf.on.event(*OWNED[2], labels=MANAGED)
+def put_back(type: str, body: kopf.Body, **kwargs: Any) -> None:
+    """An owned object deleted, or changed by anyone but this process: put back from its group
+    (the initial listing is left to the resume handler, which applies every group)."""
+    if type is None or (type != "DELETED" and kube.written(body)):  # None: the listing
+        return
+    groups: kopf.Index[tuple[str, str], dict[str, Any]] = kwargs["groups"]  # the index
+    ref = kube.controller(body.metadata.get("ownerReferences"))
+    if ref is None or ref.get("kind") != "ConsumerGroup":
+        return
+    for group in groups.get((body.metadata["namespace"], ref["name"]), []):
+        if group["metadata"]["uid"] == ref["uid"]:
+            why = "deleted" if type == "DELETED" else "changed by another writer"
+            owned.put_back(body["kind"], group, type == "DELETED", why)

@@ -5,6 +5,12 @@ operator's field manager, merge-patching a ConsumerGroup's ``status`` subresourc
 Events about a ConsumerGroup (in the background, in order), and reading the API server's own
 message out of a failed call (what a condition should carry, not an HTTP dump).
 
+An object built with a controller owner reference is applied only if it is new or already
+that owner's (``NotOwnedError`` otherwise): a ConfigMap, Service or Deployment of the same name
+made by someone else is never taken over with a forced apply, nor collected with the group
+later. Each apply remembers what it wrote (``written``), so a watch of the owned objects
+tells the operator's own writes from someone else's edits.
+
 Does not own what is applied (``builders.py``) or decided (``handlers.py``, ``observer.py``).
 """
 
@@ -14,13 +20,14 @@ import concurrent.futures
 import datetime
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
 
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
 
@@ -29,6 +36,50 @@ FIELD_MANAGER = "kafleet-operator"
 _api: DynamicClient | None = None
 _client: k8s.ApiClient | None = None
 _poster = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kafleet-events")
+# (kind, namespace, name) -> the version of the object this process last wrote: its
+# generation where it has one (a Deployment: its status moves without it), else its
+# resourceVersion.
+_written: dict[tuple[str, str, str], str] = {}
+
+
+class NotOwnedError(Exception):
+    """An object of the name exists and its controller is not the would-be owner."""
+
+    def __init__(self, kind: str, name: str, owner: str, holder: str | None) -> None:
+        self.kind, self.name = kind, name
+        held = f"controlled by {holder}" if holder else "with no controller"
+        super().__init__(
+            f"{kind} {name} exists, {held}, not by ConsumerGroup {owner}: the operator leaves "
+            f"it alone (delete or rename that {kind}, or name the group otherwise)"
+        )
+
+
+def controller(references: Iterable[Any] | None) -> Mapping[str, Any] | None:
+    """The controller owner reference among ``references`` (dicts or client models)."""
+    for ref in references or []:
+        if not isinstance(ref, Mapping):
+            ref = client().sanitize_for_serialization(ref)  # type: ignore[no-untyped-call]
+        if ref.get("controller"):
+            return dict(ref)
+    return None
+
+
+def _version(metadata: Mapping[str, Any]) -> str:
+    return str(metadata.get("generation") or metadata.get("resourceVersion") or "")
+
+
+def written(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` (a watched object) is as this process last wrote it, or its latest
+    write (``status`` aside) was this field manager's: the watch event of an apply may
+    arrive before the apply's answer."""
+    meta = obj["metadata"]
+    key = (str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
+    if key in _written and _written[key] == _version(meta):
+        return True
+    writes = [m for m in meta.get("managedFields") or [] if m.get("subresource") != "status"]
+    times = sorted({str(m.get("time")) for m in writes})
+    latest = {m.get("manager") for m in writes if times and str(m.get("time")) == times[-1]}
+    return latest == {FIELD_MANAGER}
 
 
 def client() -> k8s.ApiClient:
@@ -53,16 +104,33 @@ def api() -> DynamicClient:
 
 
 def apply(obj: dict[str, Any]) -> dict[str, Any]:
-    """Server-side apply; a refusal raises ``ApiException`` (``api_message`` reads it)."""
+    """Server-side apply; a refusal raises ``ApiException`` (``api_message`` reads it), an
+    existing object of the name that the built one's controller does not control raises
+    ``NotOwned`` (and is not touched)."""
     resource = api().resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-    result = resource.server_side_apply(
-        body=obj,
-        name=obj["metadata"]["name"],
-        namespace=obj["metadata"]["namespace"],
-        field_manager=FIELD_MANAGER,
-        force_conflicts=True,
+    meta = obj["metadata"]
+    owner = controller(meta.get("ownerReferences"))
+    if owner is not None:
+        try:
+            live = resource.get(name=meta["name"], namespace=meta["namespace"]).to_dict()
+        except NotFoundError:
+            live = None
+        holder = controller((live or {}).get("metadata", {}).get("ownerReferences"))
+        if live is not None and (holder or {}).get("uid") != owner["uid"]:
+            who = f"{holder['kind']} {holder['name']}" if holder else None
+            raise NotOwnedError(obj["kind"], meta["name"], owner["name"], who)
+    result = dict(
+        resource.server_side_apply(
+            body=obj,
+            name=meta["name"],
+            namespace=meta["namespace"],
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        ).to_dict()
     )
-    return dict(result.to_dict())
+    key = (obj["kind"], meta["namespace"], meta["name"])
+    _written[key] = _version(result.get("metadata") or {})
+    return result
 
 
 def api_message(exc: k8s.ApiException) -> str:

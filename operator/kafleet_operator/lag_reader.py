@@ -2,10 +2,16 @@
 
 Owns: for a consumer group and its topics, each partition's committed offset and log-end
 offset (``Consumer.committed`` and the watermarks, from a client that never joins the
-group), the lag of a partition with no commit (from its earliest offset, as
-``auto_offset_reset: earliest`` would read it, or none with ``latest``), and naming topics
-that do not exist. Read from Kafka, not from the workers, so it is right at zero replicas
-(as KEDA does). Blocking calls with timeouts: run it in a thread.
+group), the lag of a partition with no commit (as KEDA counts it: its backlog from the
+earliest offset with ``auto_offset_reset: earliest``, 1 with ``latest``, so a new group is
+not scaled to zero before its first commit; 0 with ``zero_without_commit``), and naming
+topics that do not exist. Read from Kafka, not from the workers, so it is right at zero
+replicas (as KEDA does). Blocking calls with timeouts: run it in a thread.
+
+A partition whose offsets cannot be read is unknown, never zero: the reading fails
+(``LagUnreadableError``, naming it) at the first such partition, so an outage costs one timeout
+per pass, not one per partition. A coordinator that is moving or loading is asked again
+within the same timeout.
 
 The client connects as the group's workers do: its ``security`` renders the same librdkafka
 properties (``kafleet.security.Security.properties``). ``LagReader`` keeps one client and makes
@@ -36,6 +42,22 @@ from kafleet.security import Security
 
 TP = tuple[str, int]
 TIMEOUT_S = 10.0
+RETRY_S = 0.2
+COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
+
+
+class LagUnreadableError(Exception):
+    """A partition's offsets could not be read: the lag is unknown, not zero."""
+
+    def __init__(self, partition: str, cause: KafkaException) -> None:
+        super().__init__(f"the offsets of {partition} cannot be read: {describe(cause)}")
+        self.partition = partition
+
+
 METADATA_TRY_S = 0.5  # how often a metadata request gives a reported auth failure a look
 
 
@@ -120,13 +142,33 @@ class LagClient:
         self.consumer.close()
 
 
+def _committed(consumer: Consumer, tps: list[TP]) -> dict[TP, int | None]:
+    """The group's committed offsets (None: nothing committed), asked again while its
+    coordinator moves or loads, within one ``TIMEOUT_S``."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        remaining = max(0.1, deadline - time.monotonic())
+        try:
+            answer = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=remaining)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            moving = isinstance(error, KafkaError) and error.code() in COORDINATOR_MOVING
+            if not moving or time.monotonic() + RETRY_S >= deadline:
+                raise
+            time.sleep(RETRY_S)
+            continue
+        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None for tp in answer}
+
+
 def read_lag(
     client: LagClient,
     topics: list[str],
     topic_pattern: str | None = None,
     reset_earliest: bool = True,
+    zero_without_commit: bool = False,
 ) -> LagReading:
-    """Raises ``KafkaException`` when the cluster cannot be reached or refuses the client."""
+    """Raises ``KafkaException`` when the cluster cannot be reached or refuses the client,
+    ``LagUnreadableError`` at the first partition whose offsets cannot be read."""
     metadata = client.metadata()
     if topic_pattern:
         pattern = re.compile(topic_pattern)
@@ -139,21 +181,21 @@ def read_lag(
     if not tps:
         return LagReading(missing_topics=missing)
     consumer = client.consumer
-    committed: dict[TP, int | None] = {
-        (tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None
-        for tp in consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=TIMEOUT_S)
-    }
+    committed = _committed(consumer, tps)
     ends, lag = {}, {}
     for tp in tps:
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=TIMEOUT_S)
-        except KafkaException:  # a new partition without a leader yet: nothing to read
-            low = high = 0
+        except KafkaException as exc:  # no leader (a broker down, a new partition): unknown
+            raise LagUnreadableError(f"{tp[0]}[{tp[1]}]", exc) from exc
         ends[tp] = high
         base = committed.get(tp)
-        if base is None:
-            base = low if reset_earliest else high
-        lag[tp] = max(0, high - base)
+        if base is not None:
+            lag[tp] = max(0, high - base)
+        elif zero_without_commit:
+            lag[tp] = 0
+        else:
+            lag[tp] = max(0, high - low) if reset_earliest else 1
     return LagReading(committed, ends, lag, missing)
 
 
@@ -178,6 +220,7 @@ class LagReader:
         topics: list[str],
         topic_pattern: str | None = None,
         reset_earliest: bool = True,
+        zero_without_commit: bool = False,
     ) -> LagReading:
         digest = _digest(bootstrap, group_id, security)
         if self.client is None or digest != self._digest:
@@ -185,7 +228,7 @@ class LagReader:
             self.client = LagClient(bootstrap, group_id, security)
             self._digest = digest
         try:
-            return read_lag(self.client, topics, topic_pattern, reset_earliest)
+            return read_lag(self.client, topics, topic_pattern, reset_earliest, zero_without_commit)
         except KafkaException as exc:
             if is_authentication_failure(exc):
                 self.close()  # the next pass tries afresh, with what the Secret says then

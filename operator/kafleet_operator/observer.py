@@ -23,8 +23,8 @@ import kopf
 from kubernetes import client as k8s
 
 from kafleet.errors import ConfigError
-from kafleet_operator import autoscaler, builders, conditions, tuner
-from kafleet_operator.kube import client, patch_status
+from kafleet_operator import autoscaler, builders, conditions, owned, pause, tuner
+from kafleet_operator.kube import client, controller, patch_status
 from kafleet_operator.spec import ParsedSpec, parse_spec
 
 log = logging.getLogger("kafleet.operator")
@@ -40,7 +40,7 @@ def parse(body: kopf.Body, status: kopf.Status, patch: kopf.Patch) -> ParsedSpec
         return parse_spec(dict(body.spec))
     except ConfigError as exc:
         message = "; ".join(str(p) for p in exc.problems)
-        facts = conditions.Facts(generation, invalid=message)
+        facts = conditions.Facts(generation, invalid=message, paused=pause.read(body.metadata))
         _set_conditions(status, patch, *conditions.judge(facts))
         patch.status["observedGeneration"] = generation
         return None
@@ -75,26 +75,49 @@ def observe(
     generation = body.metadata.get("generation", 0)
     failure = status.get("applyFailure") or {}
     refused = failure.get("message") if failure.get("generation") == generation else None
+    held = pause.read(body.metadata)  # kafleet.io/paused-replicas, pause-reconciliation
+    applied = status.get("appliedGeneration")
     try:
         deployment = k8s.AppsV1Api(client()).read_namespaced_deployment_status(name, namespace)
     except k8s.ApiException as exc:
         if exc.status != 404:
             raise
-        deployment = None  # not applied yet, or refused: the conditions say which
+        deployment = None  # not applied yet, refused, or deleted: the conditions say which
+    if deployment is not None and deployment.metadata is not None:
+        ref = controller(deployment.metadata.owner_references)
+        if (ref or {}).get("uid") != body.metadata.get("uid"):
+            deployment = None  # someone else's of the same name (NotOwned): not this fleet
+    elif refused is None and applied is not None and not held.reconciliation:
+        owned.put_back("Deployment", body, True, "missing")  # in case its watch event was lost
     replicas: int | None = None
+    rolling: str | None = None
     observed = k8s.V1DeploymentStatus()
     if deployment is not None:
         replicas = deployment.spec.replicas or 0 if deployment.spec else 0
         observed = deployment.status or observed
+        rolling = conditions.rollout(
+            (deployment.metadata.generation if deployment.metadata else None) or 0,
+            observed.observed_generation,
+            replicas,
+            observed.replicas,
+            observed.updated_replicas,
+            observed.available_replicas,
+        )
     ready = observed.ready_replicas or 0
     patch.status["replicas"] = observed.replicas or 0
     patch.status["readyReplicas"] = ready
     patch.status["labelSelector"] = builders.selector(name)
     # Scaling starts from spec.replicas, the one source: the Deployment may lag behind it.
     replicas_wanted = parsed.fleet.replicas
-    lag = autoscaler.observe_lag(body, parsed, status, patch, memo, replicas_wanted, generation)
-    applied = status.get("appliedGeneration")
-    facts = conditions.Facts(generation, None, refused, applied, replicas, ready, lag)
-    _set_conditions(status, patch, *conditions.judge(facts))
-    if deployment is not None:
-        tuner.tune(body, parsed, status, patch, namespace, name)
+    # Paused (either annotation): the lag is read and reported, never acted on.
+    scaled = parsed if not held.scaling else pause.without_autoscaling(parsed)
+    lag, active = autoscaler.observe_lag(
+        body, scaled, status, patch, memo, replicas_wanted, ready, generation
+    )
+    facts = conditions.Facts(
+        generation, None, refused, applied, replicas, ready, lag, rolling,
+        failure.get("reason") or "ApplyFailed", held,
+    )  # fmt: skip
+    _set_conditions(status, patch, *conditions.judge(facts), *active)
+    if deployment is not None and not held.reconciliation:
+        tuner.tune(body, parsed, patch, memo)

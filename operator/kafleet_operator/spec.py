@@ -1,7 +1,8 @@
 """The ``ConsumerGroup`` resource's spec: the worker's configuration plus how to run the fleet.
 
 Owns: the fields the operator adds to the worker's own (``image``, ``replicas``,
-``autoscaling``, ``tuning``, ``resources`` as Kubernetes quantities, ``pod_template``,
+``autoscaling`` and ``tuning`` (their models in ``autopilot.py``), ``resources`` as Kubernetes
+quantities, ``pod_template``,
 ``static_membership``, and ``security`` with every secret taken from a Kubernetes Secret,
 never inlined), and ``parse_spec``, which validates a spec
 into those settings and a ``kafleet.ConsumerConfig``. The worker's fields keep their names
@@ -27,12 +28,12 @@ from pydantic import (
     StrictInt,
     ValidationError,
     WithJsonSchema,
-    model_validator,
 )
 
 from kafleet.config import ConsumerConfig
 from kafleet.config_loading import config_error
 from kafleet.errors import ConfigError, FieldProblem
+from kafleet_operator.autopilot import Autoscaling, Tuning
 
 _Strict = ConfigDict(frozen=True, extra="forbid")
 
@@ -91,60 +92,6 @@ class KafkaSecurity(BaseModel):
     ssl_key_password_secret: SecretKeyRef | None = Field(
         None, description="the SSL key's password, from a Secret"
     )
-
-
-class Autoscaling(BaseModel):
-    """Replicas from the group's lag, read from Kafka (right even at zero replicas)."""
-
-    model_config = _Strict
-
-    min_replicas: int = Field(1, ge=0, le=1000, description="0 allows scaling to zero")
-    max_replicas: int = Field(10, ge=1, le=1000, description="never above the partition count")
-    lag_per_replica: int = Field(1000, ge=1, description="records of lag one replica takes on")
-    target_time_lag_s: float | None = Field(
-        None, gt=0, description="also scale so the estimated time lag stays under this"
-    )
-    activation_lag: int = Field(
-        0, ge=0, description="with min_replicas 0: scale from zero when lag passes this"
-    )
-    scale_up_stabilization_s: int = Field(
-        0, ge=0, le=3600, description="scale up to the lowest wish of this window (0: at once)"
-    )
-    scale_down_stabilization_s: int = Field(
-        300, ge=0, le=86_400, description="scale down only to the highest wish of this window"
-    )
-    external: bool = Field(
-        False, description="an HPA or KEDA owns replicas; the operator only reports lag"
-    )
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Autoscaling:
-        if self.min_replicas > self.max_replicas:
-            raise ValueError("min_replicas must not exceed max_replicas")
-        return self
-
-
-class Tuning(BaseModel):
-    """``max_poll_records`` from the sidecars' measured handler latency and concurrency."""
-
-    model_config = _Strict
-
-    enabled: bool = True
-    target_share: float = Field(
-        0.5,
-        gt=0,
-        le=1,
-        description="one poll's work should take at most this share of drain_timeout_s",
-    )
-    min_max_poll_records: int = Field(10, ge=1, le=100_000)
-    max_max_poll_records: int = Field(5000, ge=1, le=100_000)
-    max_step: float = Field(2.0, gt=1, le=10, description="the most one change multiplies by")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Tuning:
-        if self.min_max_poll_records > self.max_max_poll_records:
-            raise ValueError("min_max_poll_records must not exceed max_max_poll_records")
-        return self
 
 
 class Resources(BaseModel):

@@ -1,12 +1,17 @@
 """The chart's defaults follow the release: its appVersion is kafleet's version, the operator's
 image is ``kafleet:<appVersion>`` unless the values say otherwise, and the operator's pod runs
-``kafleet operator`` once (the image's entrypoint is ``kafleet`` too) as the image's user."""
+``kafleet operator`` once (the image's entrypoint is ``kafleet`` too) as the image's user. Its
+RBAC grants exactly the verbs the operator and kopf use, and a ``watchNamespaces`` entry that
+is not a namespace's name (a pattern, a list) fails the install naming it, instead of
+rendering a RoleBinding into a namespace that cannot exist."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from typing import Any
 
+import pytest
 import yaml
 
 import kafleet
@@ -56,3 +61,71 @@ def test_the_operator_runs_kafleet_operator_once_as_the_images_user() -> None:
     assert [*container["command"], container["args"][0]] == ["kafleet", "operator"]
     assert pod["securityContext"]["runAsUser"] == 65532
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def _render(*sets: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(k8s_build.BIN / "helm"), "template", "kafleet", str(CHART), "-n", "ops", *sets],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("pattern", ["team-*", "shop,billing", "!kube-system", "Shop"])
+def test_a_watch_namespace_that_is_not_a_namespace_name_is_refused_naming_it(
+    pattern: str,
+) -> None:
+    done = _render("--set-json", f"watchNamespaces={json.dumps([pattern])}")
+
+    assert done.returncode != 0
+    assert f'watchNamespaces: "{pattern}" is not a namespace name' in done.stderr
+    assert "leave watchNamespaces empty" in done.stderr
+
+
+def _rules(*sets: str) -> dict[str, set[tuple[str, str, str]]]:
+    """Each ClusterRole's grants as (apiGroup, resource, verb) triples."""
+    done = _render(*sets)
+    assert done.returncode == 0, done.stderr
+    roles = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "ClusterRole"]
+    return {
+        role["metadata"]["name"].removeprefix("kafleet-operator-"): {
+            (group, resource, verb)
+            for rule in role["rules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+        for role in roles
+    }
+
+
+def _grants(group: str, resources: str, verbs: str) -> set[tuple[str, str, str]]:
+    return {(group, r, v) for r in resources.split() for v in verbs.split()}
+
+
+# Every verb and the call that needs it: kopf's watches (list, watch) of the CRDs, namespaces,
+# ConsumerGroups and the objects they own; kopf's patches of a ConsumerGroup (its diff-base
+# annotation, finalizer removal, status.kopf); the operator's server-side applies (patch, and
+# create when the object is new), its reads before them (get: whose is it?), of a group before
+# putting a deleted object back (get), of the Deployment's status, of the pods' list for their
+# sidecars and of the Secrets a spec names; the status and scale patches; Events (core v1, as
+# kopf posts them); and update on finalizers for blockOwnerDeletion.
+USED = {
+    "discovery": _grants("apiextensions.k8s.io", "customresourcedefinitions", "list watch")
+    | _grants("", "namespaces", "list watch"),
+    "consumergroups": _grants("kafleet.io", "consumergroups", "get list watch patch")
+    | _grants("kafleet.io", "consumergroups/status consumergroups/scale", "patch")
+    | _grants("kafleet.io", "consumergroups/finalizers", "update")
+    | _grants("", "events", "create"),
+    "workloads": _grants("apps", "deployments", "get list watch create patch")
+    | _grants("apps", "deployments/status", "get")
+    | _grants("", "configmaps services", "get list watch create patch")
+    | _grants("", "pods", "list")
+    | _grants("", "secrets", "get"),
+}
+
+
+def test_the_chart_grants_exactly_the_verbs_the_operator_and_kopf_use() -> None:
+    assert _rules() == USED
+    assert _rules("--set", "watchNamespaces={shop}") == USED

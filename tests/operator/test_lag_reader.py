@@ -99,3 +99,68 @@ def test_the_client_is_kept_while_the_credentials_stay_and_dropped_when_they_are
         assert reading.ends == {(topic, 0): 0}
     finally:
         reader.close()
+
+
+def test_a_group_without_commits_reading_from_latest_counts_one_record_per_partition(
+    kafka: str,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    group_id: Callable[[], str],
+) -> None:
+    """Defect 7: with auto_offset_reset latest and no commit, the lag read 0 and a group of
+    min_replicas 0 was scaled to zero before any worker committed: KEDA counts 1."""
+    topic, group = topic_factory(partitions=2), group_id()
+    produce(topic, 10)
+    reader = lag_reader.LagReader()
+    try:
+        counted = reader.read(kafka, group, Security(), [topic], reset_earliest=False)
+        opted_out = reader.read(
+            kafka, group, Security(), [topic], reset_earliest=False, zero_without_commit=True
+        )
+    finally:
+        reader.close()
+
+    assert counted.lag == {(topic, 0): 1, (topic, 1): 1}
+    assert opted_out.lag == {(topic, 0): 0, (topic, 1): 0}
+
+
+class OnePartitionUnreadable:
+    """The real client, except that one partition's watermarks fail (its leader is down)."""
+
+    def __init__(self, real: lag_reader.LagClient, topic: str) -> None:
+        self.real, self.topic, self.watermark_calls = real, topic, 0
+        self.consumer = self
+
+    def metadata(self) -> object:
+        return self.real.metadata()
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return list(self.real.consumer.committed(tps, timeout=timeout))
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        self.watermark_calls += 1
+        if tp.partition >= 1:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "leader not available"))
+        return tuple(self.real.consumer.get_watermark_offsets(tp, timeout=timeout))  # type: ignore[return-value]
+
+
+def test_a_partition_whose_offsets_cannot_be_read_is_unknown_not_zero_and_fails_fast(
+    kafka: str,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    group_id: Callable[[], str],
+) -> None:
+    """Defect 12: an unreadable partition read as low = high = 0 (lag 0, the fleet shrank),
+    and each one cost a timeout. Now the reading fails at the first, naming the partition."""
+    topic, group = topic_factory(partitions=4), group_id()
+    produce(topic, 40)
+    real = lag_reader.LagClient(kafka, group, Security())
+    flaky = OnePartitionUnreadable(real, topic)
+    try:
+        with pytest.raises(lag_reader.LagUnreadableError) as caught:
+            lag_reader.read_lag(flaky, [topic])  # type: ignore[arg-type]
+    finally:
+        real.close()
+
+    assert f"{topic}[1]" in str(caught.value)
+    assert flaky.watermark_calls == 2  # partition 0, then the first failure: no more

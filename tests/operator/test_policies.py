@@ -1,6 +1,6 @@
 """The scaling and tuning policies, exhaustively: replicas follow lag within the bounds and the
-partition count, scale up at once and down only after the window, never flap; max_poll_records
-moves towards what fits the drain deadline in bounded steps."""
+partition count, scale up at once and down only after the window, never flap (the tuning
+policy's tests are in test_tuning_policy.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kafleet_operator.autopilot import Autoscaling
 from kafleet_operator.scaling import decide, time_lag_s, wanted
-from kafleet_operator.spec import Autoscaling, Tuning
-from kafleet_operator.tuning import step, target
 
 policies = st.builds(
     Autoscaling,
@@ -87,8 +86,10 @@ def test_replicas_never_fall_below_a_wish_of_the_last_window(
     """Whatever the wishes (one a second), the replicas are never below any wish of the last
     `window` seconds: a dip in lag shorter than the window never scales down (no flapping),
     and every rise is followed at once."""
-    policy = Autoscaling(min_replicas=0, max_replicas=10, scale_down_stabilization_s=window)
-    current, history = 1, []
+    policy = Autoscaling(
+        min_replicas=0, max_replicas=10, scale_down_stabilization_s=window, scale_up_max_pods=10
+    )
+    current, history = wishes[0], []
     for t, wish in enumerate(wishes):
         history.append((float(t), wish))
         current = decide(current, history, float(t), policy).replicas
@@ -105,33 +106,26 @@ def test_time_lag_is_interpolated_from_the_log_end_history() -> None:
     assert time_lag_s([], 0, 0) is None
 
 
-@given(
-    current=st.integers(10, 5000),
-    latency=st.floats(1e-5, 30),
-    concurrency=st.integers(1, 256),
-    drain=st.floats(1, 60),
-)
-def test_tuning_moves_towards_the_target_in_bounded_steps(
-    current: int, latency: float, concurrency: int, drain: float
-) -> None:
-    policy = Tuning()
-    move = step(current, latency, concurrency, drain, 100_000, policy)
-    goal = target(latency, concurrency, drain, policy)
-
-    assert policy.min_max_poll_records <= move.max_poll_records <= policy.max_max_poll_records
-    assert current / policy.max_step - 1 <= move.max_poll_records <= current * policy.max_step
-    if move.changes:  # towards the goal (or back inside the bounds)
-        clamped_goal = max(policy.min_max_poll_records, min(policy.max_max_poll_records, goal))
-        assert (move.max_poll_records - current) * (clamped_goal - current) > 0
+# -- issue 21: the autopilot's defects ---------------------------------------------------------
 
 
-def test_slow_handlers_lower_max_poll_records_and_fast_ones_raise_it() -> None:
-    policy = Tuning(target_share=0.5)
+def test_a_restarted_operator_does_not_scale_down_before_it_has_watched_a_whole_window() -> None:
+    """Defect 6: the first pass after a restart knows only the current wish; a busy fleet of
+    10 is not scaled to 1 before the process has seen a whole scale-down window."""
+    policy = Autoscaling(min_replicas=1, max_replicas=10, scale_down_stabilization_s=300)
 
-    slow = step(500, 0.2, 4, 10.0, 5000, policy)  # a poll of 500 takes 25 s; 5 s allowed
-    fast = step(100, 0.001, 16, 10.0, 5000, policy)
+    first = decide(10, [(0.0, 1)], 0.0, policy)
+    assert (first.replicas, first.changes) == (10, False)
+    history = [(0.0, 1), (299.0, 1)]
+    assert decide(10, history, 299.0, policy).replicas == 10
+    after = decide(10, [*history, (300.0, 1)], 300.0, policy)
+    assert (after.replicas, after.reason) == (1, "ScaledDownAfterWindow")
 
-    assert (slow.max_poll_records, slow.reason) == (250, "LoweredForSlowHandlers")
-    assert (fast.max_poll_records, fast.reason) == (200, "RaisedForFastHandlers")
-    assert step(500, None, 4, 10.0, 5000, policy).changes is False  # nothing measured yet
-    assert step(100, 0.001, 16, 10.0, 150, policy).max_poll_records == 150  # queue bound
+
+def test_scale_up_is_bounded_by_the_hpa_style_policy_per_period() -> None:
+    """Defect 8: at most 4 pods or 100 % per 15 s (the HPA's defaults), whichever is more."""
+    policy = Autoscaling(min_replicas=1, max_replicas=50)
+
+    assert decide(2, [(0.0, 40)], 0.0, policy).replicas == 6  # 2 + 4 pods beats 2 * 100 %
+    assert decide(10, [(0.0, 40)], 0.0, policy).replicas == 20  # 100 % beats 4 pods
+    assert decide(0, [(0.0, 40)], 0.0, policy).replicas == 4  # from zero: 4 pods

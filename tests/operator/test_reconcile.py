@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kafleet.errors import ConfigError
+from kafleet_operator.spec import parse_spec
 from tests.conftest import REPO, K8s, TopicFactory
 from tests.infra.kafka import TestbedError
 from tests.infra.waiting import wait_until
@@ -89,8 +91,11 @@ def test_a_consumer_group_becomes_its_objects_and_turns_ready(
     table = k8s.kubectl("get", "-n", namespace, "kcg", "-o", "wide")
     print(table)
     header = table.splitlines()[0].split()
-    assert header[:6] == ["NAME", "READY", "REPLICAS", "LAG", "MAXPOLLRECORDS", "AGE"]
-    assert table.splitlines()[1].split()[1:4] == ["True", "2", "0"]
+    assert header[:9] == [
+        "NAME", "READY", "REPLICAS", "MIN", "MAX", "ACTIVE", "LAG", "MAXPOLLRECORDS", "AGE"
+    ]  # fmt: skip
+    assert header[9:] == ["PARTITIONS", "TIMELAG", "REASON", "PAUSED"]
+    assert table.splitlines()[1].split()[1:3] == ["True", "2"]
 
 
 def test_kubectl_scale_works_through_the_scale_subresource(
@@ -258,6 +263,19 @@ def test_a_name_its_service_or_pod_labels_cannot_carry_is_refused_naming_metadat
 
     with pytest.raises(TestbedError, match=r"metadata\.name: at most 55 characters"):
         apply(k8s, namespace, manifest)
+
+
+@pytest.mark.parametrize("replicas", [0, 4])
+def test_a_fallback_outside_the_replica_bounds_is_refused_naming_it(
+    k8s: K8s, namespace: str, kafka: str, crd: str, replicas: int
+) -> None:
+    bounds = {"min_replicas": 1, "max_replicas": 3, "fallback": {"replicas": replicas}}
+    manifest = consumer_group("fallback", kafka, "orders", autoscaling=bounds)
+
+    with pytest.raises(TestbedError, match=r"autoscaling\.fallback\.replicas must lie within"):
+        apply(k8s, namespace, manifest)
+    with pytest.raises(ConfigError, match=r"fallback\.replicas must lie within"):
+        parse_spec(manifest["spec"])
 
 
 def test_a_name_of_55_characters_is_accepted(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,26 +106,62 @@ def test_a_backlog_raises_replicas_to_the_partitions_and_draining_lowers_them_af
     assert status["lastScaleReason"] == "ScaledDownAfterWindow"
 
 
+class SlowWorker:
+    """The state a worker whose handlers take 200 ms each, at concurrency 4, would write: its
+    figures grow at 20 records a second, and it applies the ConfigMap's max_poll_records as a
+    kubelet delivers it (read every half second once ``follow`` names the group)."""
+
+    def __init__(self, k8s: K8s, state: Path) -> None:
+        self.k8s, self.state = k8s, state
+        self.started = time.monotonic()
+        self.config: tuple[str, str] | None = None
+        self.applied = 500
+        self.stopped = threading.Event()
+        self.write()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def follow(self, namespace: str, name: str) -> None:
+        self.config = (namespace, f"{name}-worker")
+
+    def write(self) -> None:
+        records = int(20 * (time.monotonic() - self.started)) + 50
+        state = {
+            "written_at": time.time() + 3600,
+            "group_id": "tuned",
+            "concurrency": 4,
+            "max_poll_records": self.applied,
+            "uptime_seconds": time.monotonic() - self.started,
+            "partitions": {},
+            "handler_latency": {
+                "buckets": [0.1, 0.25, 1.0],
+                "counts": [0, records, 0, 0],
+                "sum": records * 0.2,
+            },
+        }
+        tmp = self.state.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.state)
+
+    def _run(self) -> None:
+        while not self.stopped.wait(0.5):
+            if self.config is not None:
+                namespace, name = self.config
+                text = self.k8s.kubectl(
+                    "get", "-n", namespace, "configmap", name, "--ignore-not-found", "-o", "json"
+                )
+                if text.strip():
+                    worker = yaml.safe_load(json.loads(text)["data"]["worker.yaml"])
+                    self.applied = int(worker["max_poll_records"])
+            self.write()
+
+
 @pytest.fixture
-def slow_sidecar(tmp_path: Path) -> Iterator[str]:
-    """A real ``kafleet sidecar`` serving a worker state whose handlers take 200 ms each, at
-    concurrency 4 (simulated: the worker pods are kwok's)."""
+def slow_sidecar(k8s: K8s, tmp_path: Path) -> Iterator[tuple[str, SlowWorker]]:
+    """A real ``kafleet sidecar`` serving the state of a ``SlowWorker`` (simulated: the worker
+    pods are kwok's)."""
     state = tmp_path / "state.json"
-    state.write_text(
-        json.dumps(
-            {
-                "written_at": time.time() + 3600,
-                "group_id": "tuned",
-                "concurrency": 4,
-                "partitions": {},
-                "handler_latency": {
-                    "buckets": [0.1, 0.25, 1.0],
-                    "counts": [0, 50, 0, 0],
-                    "sum": 10.0,
-                },
-            }
-        )
-    )
+    worker = SlowWorker(k8s, state)
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -143,7 +180,8 @@ def slow_sidecar(tmp_path: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: _answers(url), 30, "the sidecar")
-    yield url
+    yield url, worker
+    worker.stopped.set()
     proc.terminate()
     proc.wait(10)
 
@@ -164,10 +202,12 @@ def test_slow_handlers_lower_max_poll_records_in_the_config_map_while_no_pod_res
     kafka: str,
     topic_factory: TopicFactory,
     operator: Callable[..., Operator],
-    slow_sidecar: str,
+    slow_sidecar: tuple[str, SlowWorker],
 ) -> None:
     topic = topic_factory(partitions=2)
-    operator(sidecar_url=slow_sidecar)  # every pod's sidecar is this one
+    url, worker = slow_sidecar
+    operator(sidecar_url=url)  # every pod's sidecar is this one
+    worker.follow(namespace, "tuned")
     manifest = consumer_group(
         "tuned",
         kafka,
@@ -175,7 +215,7 @@ def test_slow_handlers_lower_max_poll_records_in_the_config_map_while_no_pod_res
         replicas=2,
         max_poll_records=500,
         drain_timeout_s=10,
-        tuning={"enabled": True, "target_share": 0.5},
+        tuning={"enabled": True, "min_max_poll_records": 100},
     )
     apply(k8s, namespace, manifest)
     wait_condition(k8s, namespace, "tuned", "Ready", "True", timeout=90)
@@ -183,7 +223,8 @@ def test_slow_handlers_lower_max_poll_records_in_the_config_map_while_no_pod_res
     pods = k8s.kubectl(*uids)
     generation = get(k8s, namespace, "deployment", "tuned")["metadata"]["generation"]
 
-    # 500 records at 200 ms over 4 handlers take 25 s; half of the 10 s drain allows 100.
+    # At 200 ms over 4 handlers, a 50 ms poll interval needs 1 record (2 with the margin):
+    # down to the policy's floor, a halving at a time, each once the pods applied the last.
     wait_until(
         lambda: get(k8s, namespace, "kcg", "tuned")["status"].get("maxPollRecords") == 100,
         60,

@@ -1,0 +1,112 @@
+"""What the autopilot remembers between passes, sized by time and bounded in memory.
+
+Owns two histories, both pure data (no I/O, no clock: the caller passes the time):
+
+- ``Wishes``: the replicas each pass wished, for the stabilization windows. Only the highest
+  and the lowest wish of any window ending now matter, so it keeps the suffix maxima and
+  minima (a wish that a later, higher one outranks can never be a window's highest again):
+  the answers are exactly the full history's, and since wishes are whole numbers of replicas,
+  it never holds more than two entries per distinct value, whatever the window (a day at
+  one pass a second is 86,400 passes; this keeps at most ``2 * (max_replicas + 1)``).
+- ``Offsets``: the sums of log-end and committed offsets (and the ready replicas) pass by
+  pass, over a horizon the policy sets (``offsets_horizon_s``: the time-lag target with room
+  to spare, so an estimate over the target can be seen), thinned when it grows past
+  ``MAX_SAMPLES`` by dropping every other sample of its older half: recent samples stay
+  dense for the rates, old ones sparse for the time lag.
+
+Does not own what the histories mean (``scaling.py``) or where they live (``autoscaler.py``,
+in each group's memo).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+MAX_SAMPLES = 512
+DEFAULT_OFFSETS_HORIZON_S = 600.0  # the time lag reported without a target: up to 10 min
+RATE_WINDOW_S = 30.0  # the input and commit rates: over the last this many seconds
+CAPACITY_WINDOW_S = 600.0  # a replica's commit rate: the best of the last this many seconds
+
+
+def offsets_horizon_s(target_time_lag_s: float | None) -> float:
+    """How long the offsets history must reach back: twice the target (a lag over the target
+    is seen as such), and never less than the default nor the rates' window."""
+    return max(DEFAULT_OFFSETS_HORIZON_S, 2 * (target_time_lag_s or 0.0), 2 * RATE_WINDOW_S)
+
+
+class Wishes:
+    """The wishes of the last ``horizon_s`` seconds, compacted (see the module docstring)."""
+
+    def __init__(self, horizon_s: float) -> None:
+        self.horizon_s = horizon_s
+        self._high: deque[tuple[float, int]] = deque()  # wishes strictly falling, oldest first
+        self._low: deque[tuple[float, int]] = deque()  # wishes strictly rising, oldest first
+
+    def add(self, now: float, wish: int) -> None:
+        while self._high and self._high[-1][1] <= wish:
+            self._high.pop()
+        self._high.append((now, wish))
+        while self._low and self._low[-1][1] >= wish:
+            self._low.pop()
+        self._low.append((now, wish))
+        for kept in (self._high, self._low):
+            while len(kept) > 1 and now - kept[0][0] > self.horizon_s:
+                kept.popleft()
+
+    def samples(self) -> list[tuple[float, int]]:
+        """(time, wish) pairs, oldest first, the newest wish last: what ``scaling.decide``
+        reads."""
+        return sorted(set(self._high) | set(self._low))
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    end: int  # the sum of the log-end offsets
+    committed: int  # the sum of the committed offsets (what the lag leaves of the end)
+    ready: int = 0  # the ready replicas then
+    per_replica: float | None = None  # records a second one ready replica committed, then
+
+
+class Offsets:
+    """Offsets pass by pass over ``horizon_s``, at most ``MAX_SAMPLES`` of them."""
+
+    def __init__(self, horizon_s: float) -> None:
+        self.horizon_s = horizon_s
+        self.samples: list[Sample] = []
+
+    def add(self, now: float, end: int, committed: int, ready: int = 0) -> None:
+        recent = [s for s in self.samples if now - s.at <= RATE_WINDOW_S]
+        per_replica = None
+        if recent and now > recent[0].at:
+            done = committed - recent[0].committed
+            least = min([ready, *(s.ready for s in recent)])
+            if least > 0 and done > 0:
+                per_replica = done / (now - recent[0].at) / least
+        self.samples.append(Sample(now, end, committed, ready, per_replica))
+        while len(self.samples) > 2 and now - self.samples[1].at > self.horizon_s:
+            del self.samples[0]  # the oldest kept is the last one beyond the horizon
+        if len(self.samples) > MAX_SAMPLES:
+            half = len(self.samples) // 2
+            self.samples = self.samples[:half:2] + self.samples[half:]
+
+    def ends(self) -> list[tuple[float, int]]:
+        return [(s.at, s.end) for s in self.samples]
+
+    def rates(self, now: float) -> tuple[float | None, float | None]:
+        """The input rate over the last ``RATE_WINDOW_S`` and the best commit rate of one
+        ready replica over the last ``CAPACITY_WINDOW_S`` (records a second): the best, since
+        a rebalance stalls commits for a while and would make a replica look slower than it
+        is. None where nothing was measured."""
+        recent = [s for s in self.samples if now - s.at <= RATE_WINDOW_S]
+        input_rate = None
+        if len(recent) >= 2 and recent[-1].at > recent[0].at:
+            span = recent[-1].at - recent[0].at
+            input_rate = max(0.0, (recent[-1].end - recent[0].end) / span)
+        measured = [
+            s.per_replica
+            for s in self.samples
+            if s.per_replica is not None and now - s.at <= CAPACITY_WINDOW_S
+        ]
+        return input_rate, max(measured, default=None)

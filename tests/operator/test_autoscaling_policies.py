@@ -1,0 +1,142 @@
+"""The autopilot's policies added for issue 21, called directly (pure: no I/O).
+
+Scale-up is sized from rates and waits for the last step's pods to be Ready; a read that
+failed holds the replicas (or falls back, as KEDA's ``fallback``); persistent lag can be left
+out; replicas can be snapped to a divisor of the partition count; the histories are sized by
+time, not by count, and stay bounded in memory."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafleet_operator import histories, scaling
+from kafleet_operator.autopilot import Autoscaling, Fallback
+
+
+def test_being_behind_in_time_asks_what_the_measured_rates_need() -> None:
+    """Defect 8: the step is sized from rates, not one replica per pass. 900 records/s come
+    in, a replica commits 100/s: 9 keep up, and a backlog of 60,000 to clear within the 60 s
+    target needs 10 more (1,000/s)."""
+    policy = Autoscaling(max_replicas=50, lag_per_replica=100_000, target_time_lag_s=60)
+    rates = scaling.Rates(input_per_s=900.0, per_replica_per_s=100.0)
+
+    assert scaling.wanted(60_000, 50, policy, time_lag_s=90, current=2, rates=rates) == 19
+    assert scaling.wanted(60_000, 50, policy, time_lag_s=30, current=2, rates=rates) == 1
+    unmeasured = scaling.Rates(input_per_s=900.0, per_replica_per_s=None)
+    assert scaling.wanted(60_000, 50, policy, time_lag_s=90, current=2, rates=unmeasured) == 3
+
+
+def test_the_next_step_waits_until_the_last_steps_pods_are_ready() -> None:
+    """Defect 8: 2 of 6 ready, so no step; all 6 ready, the next step is taken."""
+    policy = Autoscaling(max_replicas=50)
+
+    waiting = scaling.decide(6, [(0.0, 12)], 100.0, policy, ready=2, since_scale_s=10.0)
+    assert (waiting.replicas, waiting.reason, waiting.changes) == (6, "WaitingForReadyPods", False)
+    ready = scaling.decide(6, [(0.0, 12)], 100.0, policy, ready=6, since_scale_s=10.0)
+    assert ready.replicas == 12
+    # A pod that never gets ready does not block scaling for ever.
+    late = scaling.decide(6, [(0.0, 12)], 100.0, policy, ready=2, since_scale_s=10_000.0)
+    assert late.replicas == 12
+
+
+def test_steps_within_one_period_share_its_budget() -> None:
+    """1 -> 5 at t=0 used the 4 pods of the period: at t=10 nothing more, at t=16 more."""
+    policy = Autoscaling(max_replicas=50, scale_up_period_s=15)
+    steps = [(0.0, 1)]
+
+    assert scaling.decide(5, [(10.0, 30)], 10.0, policy, steps=steps).replicas == 5
+    assert scaling.decide(5, [(16.0, 30)], 16.0, policy, steps=steps).replicas == 10
+
+
+def test_a_failed_read_holds_the_replicas_then_falls_back_after_the_threshold() -> None:
+    """Defect 12 and KEDA's fallback: unknown is not zero."""
+    plain = Autoscaling()
+    assert scaling.unreadable(7, 100, plain) == scaling.Decision(7, "LagUnknown", 7)
+
+    policy = Autoscaling(fallback=Fallback(failure_threshold=3, replicas=2))
+    assert scaling.unreadable(7, 3, policy).replicas == 7  # KEDA: more failures than this
+    assert scaling.unreadable(7, 4, policy) == scaling.Decision(2, "Fallback", 7)
+    higher = Autoscaling(
+        fallback=Fallback(failure_threshold=0, replicas=2, behavior="current_replicas_if_higher")
+    )
+    assert scaling.unreadable(7, 1, higher).replicas == 7
+    assert scaling.unreadable(1, 1, higher).replicas == 2
+
+
+def test_partitions_the_sidecars_judge_stalled_or_stopped_do_not_drive_scale_up() -> None:
+    lag = {("orders", 0): 5_000, ("orders", 1): 300, ("orders", 2): 200}
+    statuses = {"orders[0]": "STALL", "orders[1]": "OK", "orders[2]": "STOP"}
+
+    assert scaling.driving_lag(lag, statuses) == 300
+    assert scaling.driving_lag(lag, {}) == 5_500
+
+
+@pytest.mark.parametrize(
+    ("count", "partitions", "floor", "ceiling", "snapped"),
+    [
+        (3, 12, 1, 12, 3),
+        (5, 12, 1, 12, 6),  # KEDA snaps up, to the next divisor
+        (7, 12, 1, 12, 12),
+        (7, 12, 1, 10, 6),  # the next divisor is over max_replicas: the largest under it
+        (0, 12, 0, 12, 0),  # zero stays zero
+        (3, 7, 1, 10, 7),  # a prime: one or all
+        (3, 8, 3, 3, 3),  # no divisor within the bounds: as wished
+    ],
+)
+def test_even_partitions_snaps_replicas_to_a_divisor_of_the_partition_count(
+    count: int, partitions: int, floor: int, ceiling: int, snapped: int
+) -> None:
+    assert scaling.even(count, partitions, floor, ceiling) == snapped
+
+
+def test_even_partitions_applies_to_the_wish() -> None:
+    policy = Autoscaling(max_replicas=12, lag_per_replica=100, even_partitions=True)
+
+    assert scaling.wanted(500, 12, policy) == 6
+    assert scaling.wanted(500, 12, policy.model_copy(update={"even_partitions": False})) == 5
+
+
+@given(
+    wishes=st.lists(st.integers(0, 30), min_size=1, max_size=400),
+    gaps=st.lists(st.floats(0.5, 40), min_size=400, max_size=400),
+    window=st.integers(0, 3_000),
+)
+def test_the_compact_wish_history_answers_as_the_full_one(
+    wishes: list[int], gaps: list[float], window: int
+) -> None:
+    """Kept by time and bounded (two values per distinct wish at most), the history gives
+    every window ending now the same highest and lowest wish as the full history."""
+    history = histories.Wishes(horizon_s=3_000)
+    full: list[tuple[float, int]] = []
+    now = 0.0
+    for wish, gap in zip(wishes, gaps, strict=False):
+        now += gap
+        history.add(now, wish)
+        full.append((now, wish))
+        recent = [w for t, w in full if now - t <= window]
+        kept = [w for t, w in history.samples() if now - t <= window]
+        assert (max(kept), min(kept)) == (max(recent), min(recent))
+    assert len(history.samples()) <= 2 * 31
+
+
+def test_a_day_long_window_keeps_its_highest_wish_in_bounded_memory() -> None:
+    history = histories.Wishes(horizon_s=86_400)
+    for t in range(0, 86_400, 5):
+        history.add(float(t), 9 if t == 10 else 1)
+
+    assert max(w for _, w in history.samples()) == 9
+    assert len(history.samples()) <= 4
+
+
+def test_the_time_lag_history_covers_a_target_over_ten_minutes_in_bounded_memory() -> None:
+    """120 passes were kept (10 min at 5 s): a 30 min target never triggered."""
+    ends = histories.Offsets(horizon_s=histories.offsets_horizon_s(target_time_lag_s=1_800))
+    for t in range(0, 3_600, 5):
+        ends.add(float(t), 100 * t, 0)  # nothing committed for an hour
+
+    lag = scaling.time_lag_s(ends.ends(), 0, 3_595.0)
+    assert lag is not None
+    assert lag > 1_800
+    assert len(ends.samples) <= histories.MAX_SAMPLES
