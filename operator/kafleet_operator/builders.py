@@ -1,9 +1,12 @@
 """The objects a ``ConsumerGroup`` owns, as pure functions of its parsed spec.
 
 Owns: the desired Deployment (a worker container running ``kafleet worker`` on the mounted
-configuration, a sidecar container serving probes and metrics from the shared state file,
+configuration, a native sidecar (an init container that always restarts, so the kubelet stops
+it only after the worker has drained) serving probes and metrics from the shared state file,
 secrets as environment variables from Secrets, each pod's name as its static membership id,
-restricted pod security, a termination grace period that covers the worker's drain), the
+restricted pod security, a termination grace period that covers the worker's drain, default
+requests, a spread over zones and nodes, a rollout in steps of a quarter of the fleet, and the
+user's ``pod_template`` merged in: metadata merged, volumes, env and mounts appended), the
 ConfigMap (the worker's validated configuration as YAML: the worker watches it, so tuning
 changes apply without a restart) and the metrics Service; their names, labels, selector and
 owner references. No I/O: every case is tested
@@ -28,13 +31,28 @@ from typing import Any
 import yaml
 
 from kafleet.config import TUNABLE_FIELDS
+from kafleet_operator.pod_template import (
+    CONFIG_DIR,
+    STATE_DIR,
+    TMP_DIR,
+    ContainerTemplate,
+    PodTemplate,
+)
+from kafleet_operator.pod_template import CONFIG_HASH as CONFIG_HASH  # the pods' annotation
 from kafleet_operator.spec import STATE_FILE, ParsedSpec
 
-CONFIG_DIR = "/etc/kafleet"
-STATE_DIR = STATE_FILE.rsplit("/", 1)[0]
 SIDECAR_PORT = 8080
-CONFIG_HASH = "kafleet.io/config-hash"
 Obj = dict[str, Any]
+# Requests of a worker whose spec gives none. Without requests a pod is BestEffort: the first
+# evicted when its node runs short, and placed with no regard for what it uses. 100m and 256Mi
+# cover an idle worker (Python, librdkafka and its fetch buffers, the queue) with room for a
+# light handler; a heavier handler says so in resources.requests.
+DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
+# A rollout replaces a quarter of the fleet per step: 20 replicas roll in 4 steps rather than
+# 20 (each step is a join and a leave: two rebalances), and no more than a quarter more pods
+# run at once. maxUnavailable 0: the group never runs short of members.
+ROLLOUT = {"maxSurge": "25%", "maxUnavailable": 0}
+SPREAD_KEYS = ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
 
 
 def config_hash(parsed: ParsedSpec) -> str:
@@ -137,6 +155,44 @@ RESTRICTED = {
 }
 
 
+def _resources(parsed: ParsedSpec) -> Obj:
+    """The worker's resources; with no requests given, ``DEFAULT_REQUESTS`` for each resource
+    that has no limit either (Kubernetes requests a limit's value when only it is given)."""
+    given = {k: dict(v) for k, v in parsed.fleet.resources.model_dump().items() if v}
+    if not given.get("requests"):
+        limits = given.get("limits", {})
+        defaults = {k: v for k, v in DEFAULT_REQUESTS.items() if k not in limits}
+        if defaults:
+            given["requests"] = defaults
+    return given
+
+
+def _spread(name: str) -> list[Obj]:
+    """Spread a group's pods over zones, then nodes, so one zone's or node's loss takes few
+    members. The scheduler's built-in default (skew 5 over zones) lets a small fleet sit in one
+    zone; ScheduleAnyway keeps pods schedulable where nodes have no zone label. Counted per
+    revision (pod-template-hash), so a rollout's new pods spread among themselves."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": match_labels(name)},
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+        for key in SPREAD_KEYS
+    ]
+
+
+def _with(container: Obj, extra: ContainerTemplate) -> Obj:
+    """A container with the template's env, envFrom and volumeMounts appended to its own."""
+    added = extra.model_dump(mode="json", exclude_none=True)
+    for field in ("env", "envFrom", "volumeMounts"):
+        if added[field]:
+            container[field] = [*container.get(field, []), *added[field]]
+    return container
+
+
 def _probe(path: str, period: int, failures: int) -> Obj:
     """A probe of the worker container that the sidecar answers (its verdict on the worker's
     state). The kubelet restarts the container whose probe fails, so it sits on the worker; the
@@ -152,10 +208,7 @@ def _probe(path: str, period: int, failures: int) -> Obj:
 def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
     name = owner["metadata"]["name"]
     fleet, worker = parsed.fleet, parsed.worker
-    pod_labels = labels(name)
-    match = match_labels(name)
-    extra = copy.deepcopy(fleet.pod_template)
-    extra_meta = extra.pop("metadata", {})
+    template: PodTemplate = fleet.pod_template
     worker_container: Obj = {
         "name": "worker",
         "image": fleet.image,
@@ -164,7 +217,7 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
         "command": ["kafleet"],
         "args": ["worker", "--config", f"{CONFIG_DIR}/worker.yaml"],
         "env": _secret_env(parsed) + _member_env(parsed),
-        "resources": {k: v for k, v in fleet.resources.model_dump().items() if v},
+        "resources": _resources(parsed),
         # A hung poller or a handler past processing_timeout_s restarts the worker itself.
         "livenessProbe": _probe("/healthz", 10, 3),
         "readinessProbe": _probe("/readyz", 5, 2),
@@ -172,7 +225,7 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "state", "mountPath": STATE_DIR},
-            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "tmp", "mountPath": TMP_DIR},
         ],
     }
     sidecar: Obj = {
@@ -186,6 +239,10 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
             "--port",
             str(SIDECAR_PORT),
         ],
+        # A native sidecar (an init container that always restarts): it starts before the
+        # worker and the kubelet stops it only once the worker has exited, so the drain's
+        # figures are served until the end (a plain container got SIGTERM with the worker).
+        "restartPolicy": "Always",
         "ports": [{"name": "metrics", "containerPort": SIDECAR_PORT}],
         # Its own probe says only that its server answers: the worker's health is not its own.
         "livenessProbe": {"tcpSocket": {"port": SIDECAR_PORT}, "periodSeconds": 10},
@@ -194,7 +251,9 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
         "volumeMounts": [{"name": "state", "mountPath": STATE_DIR}],
     }
     pod_spec: Obj = {
-        "containers": [worker_container, sidecar],
+        **template.pod_fields(),
+        "initContainers": [_with(sidecar, template.sidecar)],
+        "containers": [_with(worker_container, template.worker)],
         # The drain (shutdown_grace_s) and a margin for the last commit and the group leave.
         "terminationGracePeriodSeconds": int(worker.shutdown_grace_s) + 15,
         # The sidecar sees the worker's process: "process N is gone" beats a stale file.
@@ -208,34 +267,40 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
             "runAsGroup": IMAGE_USER,
             "fsGroup": IMAGE_USER,
         },
+        "topologySpreadConstraints": (
+            _spread(name)
+            if template.topologySpreadConstraints is None
+            else copy.deepcopy(template.topologySpreadConstraints)
+        ),
         "volumes": [
             {"name": "config", "configMap": {"name": f"{name}-worker"}},
             {"name": "state", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+            *copy.deepcopy(template.volumes),
         ],
-        **extra,
     }
+    if not pod_spec["topologySpreadConstraints"]:
+        del pod_spec["topologySpreadConstraints"]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _metadata(owner, name),
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": match},
-            # A rolling update adds a member before removing one: two rebalances, but the
-            # group never runs short. Pods drain on SIGTERM (kafleet worker).
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-            },
+            "selector": {"matchLabels": match_labels(name)},
+            # A rolling update adds members before removing any (ROLLOUT); pods drain on
+            # SIGTERM (kafleet worker).
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": dict(ROLLOUT)},
             "template": {
                 "metadata": {
-                    "labels": {**pod_labels, **extra_meta.get("labels", {})},
+                    # The template's labels and annotations, under the operator's (the model
+                    # refuses the selector's labels and the config hash).
+                    "labels": {**template.metadata.labels, **labels(name)},
                     "annotations": {
-                        CONFIG_HASH: config_hash(parsed),
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(SIDECAR_PORT),
-                        **extra_meta.get("annotations", {}),
+                        **template.metadata.annotations,
+                        CONFIG_HASH: config_hash(parsed),
                     },
                 },
                 "spec": pod_spec,
@@ -252,6 +317,8 @@ def service(owner: Obj) -> Obj:
         "metadata": _metadata(owner, f"{name}-metrics"),
         "spec": {
             "selector": match_labels(name),
-            "ports": [{"name": "metrics", "port": SIDECAR_PORT, "targetPort": "metrics"}],
+            # A number: a named port of a native sidecar (an init container) reaches the
+            # EndpointSlices only from Kubernetes 1.32 on (kubernetes#128850).
+            "ports": [{"name": "metrics", "port": SIDECAR_PORT, "targetPort": SIDECAR_PORT}],
         },
     }

@@ -2,7 +2,7 @@
 
 Owns: the fields the operator adds to the worker's own (``image``, ``replicas``,
 ``autoscaling`` and ``tuning`` (their models in ``autopilot.py``), ``resources`` as Kubernetes
-quantities, ``pod_template``,
+quantities, ``pod_template`` (its model in ``pod_template.py``),
 ``static_membership``, and ``security`` with every secret taken from a Kubernetes Secret,
 never inlined), and ``parse_spec``, which validates a spec
 into those settings and a ``kafleet.ConsumerConfig``. The worker's fields keep their names
@@ -34,12 +34,13 @@ from kafleet.config import ConsumerConfig
 from kafleet.config_loading import config_error
 from kafleet.errors import ConfigError, FieldProblem
 from kafleet_operator.autopilot import Autoscaling, Tuning
+from kafleet_operator.pod_template import STATE_DIR, PodTemplate
 
 _Strict = ConfigDict(frozen=True, extra="forbid")
 
 # Worker fields the operator sets itself: the state file lives on the pod's shared volume.
 OPERATOR_OWNED = ("state_file", "state_interval_ms", "security")
-STATE_FILE = "/var/run/kafleet/state.json"
+STATE_FILE = f"{STATE_DIR}/state.json"
 # A worker field the operator sets per pod, from the pod's name (``static_membership``).
 PER_POD = "group_instance_id"
 PER_POD_REASON = (
@@ -130,9 +131,11 @@ class FleetSettings(BaseModel):
         "(classic; the broker's group.consumer.session.timeout.ms with consumer). Off by "
         "default: scale-downs and rollouts are more common than hung workers",
     )
-    pod_template: dict[str, Any] = Field(
-        default_factory=dict,
-        description="merged into the pod template: labels, annotations, nodeSelector, ...",
+    pod_template: PodTemplate = Field(
+        default_factory=PodTemplate,
+        description="added to every pod, Strimzi's template in Kubernetes' names: metadata "
+        "(merged), volumes (appended), placement and scheduling, and per container (worker, "
+        "sidecar) env, envFrom and volumeMounts; what the operator sets is refused",
     )
 
 

@@ -247,7 +247,11 @@ class PodWatch:
         if pod["metadata"].get("deletionTimestamp"):
             self.deletion.setdefault(name, pod["metadata"]["deletionTimestamp"])
             self.grace[name] = pod["metadata"].get("deletionGracePeriodSeconds", 0)
-        for status in pod.get("status", {}).get("containerStatuses", []):
+        status_of = pod.get("status", {})
+        for status in [
+            *status_of.get("initContainerStatuses", []),
+            *status_of.get("containerStatuses", []),
+        ]:
             state = status.get("state", {}).get("terminated")
             if state:
                 self.terminated[(name, status["name"])] = state

@@ -33,7 +33,10 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
 
 
 def _restarts(pod: dict[str, Any]) -> dict[str, int]:
-    return {s["name"]: s["restartCount"] for s in pod["status"].get("containerStatuses", [])}
+    """Restarts of each container, the native sidecar's among the init containers'."""
+    status = pod["status"]
+    found = [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]
+    return {s["name"]: s["restartCount"] for s in found}
 
 
 def test_a_hung_worker_has_its_own_container_restarted_and_the_sidecar_keeps_running(

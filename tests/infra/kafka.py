@@ -9,6 +9,10 @@ Listeners: PLAINTEXT (the default every test uses) and, beside it, SASL_PLAINTEX
 SCRAM-SHA-512 and SCRAM-SHA-256 (``KafkaBroker.sasl``) for the tests of clients that
 authenticate. Its one user's credentials are written into the metadata log when the storage is
 formatted (``StorageTool format --add-scram``, KIP-900), so they exist before the broker starts.
+For the real node's pods: PODS (PLAINTEXT) and PODS_SSL (TLS, ``KafkaBroker.pods_ssl``), both
+advertised at ``PODS_HOST``; PODS_SSL serves a certificate for that address signed by a CA of
+its own (``tests/infra/pki.py``: ``broker``), given to Kafka as PEM (``ssl.keystore.type=PEM``,
+KIP-651), which a client trusts through the CA's file.
 
 Does not own: topics, producers or consumers (``tests/conftest.py`` builds those on top), nor
 any Kafka configuration that a test should choose for itself.
@@ -164,6 +168,14 @@ class SaslListener:
         }
 
 
+@dataclass(frozen=True)
+class SslListener:
+    """The broker's TLS listener for pods and the CA file that verifies it."""
+
+    bootstrap: str
+    ca_path: Path
+
+
 @dataclass
 class KafkaBroker:
     """One combined KRaft node whose data, config and log live in ``workdir``.
@@ -172,7 +184,8 @@ class KafkaBroker:
     with its data, on the same ports, which is what broker-outage tests need. ``sasl_port`` 0
     means no SASL listener. ``pods_port`` is a listener for the real node's pods: bound on every
     address (so it serves whether or not the node's bridge exists yet) and advertised as the
-    bridge's gateway, the host address pods reach; 0 means none.
+    bridge's gateway, the host address pods reach; 0 means none. ``pods_ssl_port`` is the same
+    with TLS (its certificate and CA in ``workdir/tls``); 0 means none.
     """
 
     workdir: Path
@@ -182,6 +195,7 @@ class KafkaBroker:
     pid: int | None = None
     sasl_port: int = 0
     pods_port: int = 0
+    pods_ssl_port: int = 0
 
     @property
     def bootstrap(self) -> str:
@@ -193,6 +207,17 @@ class KafkaBroker:
         if not self.pods_port:
             raise TestbedError("this broker was started without a listener for pods")
         return f"{PODS_HOST}:{self.pods_port}"
+
+    @property
+    def pods_ssl(self) -> SslListener:
+        """The TLS listener pods use, and the CA (a PEM file) that a client must trust."""
+        if not self.pods_ssl_port:
+            raise TestbedError("this broker was started without a TLS listener for pods")
+        return SslListener(f"{PODS_HOST}:{self.pods_ssl_port}", self._tls_dir / "ca.crt")
+
+    @property
+    def _tls_dir(self) -> Path:
+        return self.workdir / "tls"
 
     @property
     def sasl(self) -> SaslListener:
@@ -212,6 +237,8 @@ class KafkaBroker:
         sasl = f"SASL_PLAINTEXT://{LOOPBACK}:{self.sasl_port}," if self.sasl_port else ""
         pods_host = PODS_HOST if advertised else "0.0.0.0"
         pods = f",PODS://{pods_host}:{self.pods_port}" if self.pods_port else ""
+        if self.pods_ssl_port:
+            pods += f",PODS_SSL://{pods_host}:{self.pods_ssl_port}"
         return (
             f"PLAINTEXT://{LOOPBACK}:{self.port},{sasl}"
             f"CONTROLLER://{LOOPBACK}:{self.controller_port}{pods}"
@@ -233,6 +260,27 @@ class KafkaBroker:
             },
         }
 
+    def _ssl_properties(self) -> dict[str, str | int]:
+        """The PODS_SSL listener's key and certificate chain, inline as PEM (a file-based PEM
+        keystore wants an encrypted key); no client certificate is asked for."""
+        if not self.pods_ssl_port:
+            return {}
+        from tests.infra import pki  # pki imports this module's names
+
+        if not (self._tls_dir / "broker.crt").exists():
+            pki.broker(self._tls_dir, (PODS_HOST,))
+        prefix = "listener.name.pods_ssl"
+
+        def inline(name: str) -> str:  # java.util.Properties reads "\n" as a newline
+            return (self._tls_dir / name).read_text().strip().replace("\n", "\\n")
+
+        return {
+            f"{prefix}.ssl.keystore.type": "PEM",
+            f"{prefix}.ssl.keystore.key": inline("broker.key"),
+            f"{prefix}.ssl.keystore.certificate.chain": inline("broker.crt"),
+            f"{prefix}.ssl.client.auth": "none",
+        }
+
     def _properties(self) -> dict[str, str | int]:
         return {
             "process.roles": "broker,controller",
@@ -243,8 +291,9 @@ class KafkaBroker:
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-            "SASL_PLAINTEXT:SASL_PLAINTEXT,PODS:PLAINTEXT",
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,PODS:PLAINTEXT,PODS_SSL:SSL",
             **self._sasl_properties(),
+            **self._ssl_properties(),
             "log.dirs": str(self.workdir / "data"),
             # One node: every internal topic must have replication factor 1, or it never forms.
             "offsets.topic.replication.factor": 1,
@@ -403,6 +452,7 @@ class KafkaBroker:
             "version": self.version,
             "sasl_port": self.sasl_port,
             "pods_port": self.pods_port,
+            "pods_ssl_port": self.pods_ssl_port,
         }
         (self.workdir / "broker.json").write_text(json.dumps(state))
 
@@ -421,6 +471,7 @@ class KafkaBroker:
             state["pid"],
             state.get("sasl_port", 0),
             state.get("pods_port", 0),
+            state.get("pods_ssl_port", 0),
         )
 
 
@@ -429,7 +480,12 @@ def start_broker(workdir: Path) -> KafkaBroker:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     broker = KafkaBroker(
-        workdir, free_port(), free_port(), sasl_port=free_port(), pods_port=free_port()
+        workdir,
+        free_port(),
+        free_port(),
+        sasl_port=free_port(),
+        pods_port=free_port(),
+        pods_ssl_port=free_port(),
     )
     broker.start()
     try:

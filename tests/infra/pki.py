@@ -2,8 +2,11 @@
 
 Owns: a CA, the apiserver's serving certificate (valid for the loopback address and the
 in-cluster names and address of the ``kubernetes`` service, and the real node's bridge gateway,
-where pods reach the apiserver) and the service-account signing key pair.
-Does not own: where they are used (``k8s.py`` passes them to the control plane's flags).
+where pods reach the apiserver) and the service-account signing key pair; and, for the Kafka
+broker's TLS listener for pods, a CA of its own and a broker certificate for the address pods
+dial (``broker``).
+Does not own: where they are used (``k8s.py`` passes them to the control plane's flags,
+``kafka.py`` writes the broker's into its listener's properties).
 """
 
 from __future__ import annotations
@@ -28,6 +31,80 @@ def _openssl(*args: str, cwd: Path) -> None:
     done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise TestbedError(f"openssl {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+
+
+def _ca(folder: Path, name: str, days: str) -> None:
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        days,
+        "-subj",
+        f"/CN={name}",
+        cwd=folder,
+    )
+
+
+def _signed(folder: Path, name: str, subject: str, extensions: str, days: str) -> None:
+    """``<name>.key`` (unencrypted PKCS#8) and ``<name>.crt``, signed by ``ca.crt``."""
+    (folder / f"{name}.ext").write_text(extensions)
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        subject,
+        cwd=folder,
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        f"{name}.crt",
+        "-days",
+        days,
+        "-extfile",
+        f"{name}.ext",
+        cwd=folder,
+    )
+
+
+def broker(folder: Path, hosts: tuple[str, ...]) -> None:
+    """A CA (``ca.crt``: what a client trusts) and the broker's certificate and key
+    (``broker.crt``, ``broker.key``) valid for ``hosts`` (IP addresses or DNS names), so a
+    client that verifies the broker's name (librdkafka does by default) accepts it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _ca(folder, "kafleet-testbed-kafka-ca", "3650")
+    names = ",".join(
+        f"IP:{h}" if h.replace(".", "").isdigit() or ":" in h else f"DNS:{h}" for h in hosts
+    )
+    _signed(
+        folder,
+        "broker",
+        "/CN=kafleet-testbed-broker",
+        f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n"
+        "keyUsage=digitalSignature,keyEncipherment\n",
+        "3650",
+    )
 
 
 def make(pki: Path) -> None:

@@ -1,6 +1,8 @@
 """The objects a ConsumerGroup owns, built without a cluster: the spec is validated naming the
-field, the pods run restricted with probes on the sidecar, secrets come from Secrets, tuning
-changes only the ConfigMap, and the CRD in crds/ is what the models generate."""
+field, the pods run restricted with probes on the worker that a native sidecar answers,
+secrets come from Secrets, tuning changes only the ConfigMap, a pod_template adds to the pods
+without replacing what the operator needs (and is refused where it would), and the CRD in
+crds/ is what the models generate."""
 
 from __future__ import annotations
 
@@ -53,8 +55,11 @@ def test_the_deployment_runs_worker_and_sidecar_restricted_with_probes_and_a_dra
     deployment = builders.deployment(OWNER, parsed, replicas=3)
 
     pod = deployment["spec"]["template"]["spec"]
-    worker, sidecar = pod["containers"]
+    (worker,) = pod["containers"]
+    (sidecar,) = pod["initContainers"]
     assert deployment["spec"]["replicas"] == 3
+    # A native sidecar: started before the worker, stopped only after the worker has drained.
+    assert sidecar["restartPolicy"] == "Always"
     # What the container runs, whatever the image's entrypoint: `kafleet worker`, once.
     assert [*worker["command"], *worker["args"][:1]] == ["kafleet", "worker"]
     assert [*sidecar["command"], *sidecar["args"][:1]] == ["kafleet", "sidecar"]
@@ -167,9 +172,8 @@ POD_NAME = {
 def test_each_pod_joins_its_group_as_a_static_member_named_after_the_pod() -> None:
     parsed = parse_spec({**example_spec(), "static_membership": True})
 
-    worker, sidecar = builders.deployment(OWNER, parsed, 2)["spec"]["template"]["spec"][
-        "containers"
-    ]
+    pod = builders.deployment(OWNER, parsed, 2)["spec"]["template"]["spec"]
+    (worker,), (sidecar,) = pod["containers"], pod["initContainers"]
 
     assert POD_NAME in worker["env"]
     assert "env" not in sidecar
@@ -262,3 +266,191 @@ def test_the_malformed_specs_of_issue_11_are_refused_naming_the_field(
         parse_spec({**spec, **change})
 
     assert set(caught.value.fields) & set(fields), caught.value
+
+
+def _pod(**change: Any) -> dict[str, Any]:
+    deployment = builders.deployment(OWNER, parse_spec({**example_spec(), **change}), 2)
+    return dict(deployment["spec"]["template"])
+
+
+CA_SECRET = {"name": "kafka-ca", "secret": {"secretName": "cluster-ca-cert"}}
+CA_MOUNT = {"name": "kafka-ca", "mountPath": "/etc/kafka-ca", "readOnly": True}
+
+
+def test_a_pod_templates_volumes_are_added_to_the_operators_and_mounted_in_the_worker() -> None:
+    template = _pod(
+        pod_template={
+            "volumes": [CA_SECRET],
+            "worker": {
+                "volumeMounts": [CA_MOUNT],
+                "env": [{"name": "TZ", "value": "UTC"}],
+                "envFrom": [{"secretRef": {"name": "handler-keys"}}],
+            },
+            "sidecar": {"env": [{"name": "LOG_LEVEL", "value": "debug"}]},
+        }
+    )
+
+    pod = template["spec"]
+    (worker,), (sidecar,) = pod["containers"], pod["initContainers"]
+    assert [v["name"] for v in pod["volumes"]] == ["config", "state", "tmp", "kafka-ca"]
+    assert pod["volumes"][-1] == CA_SECRET
+    assert [m["name"] for m in worker["volumeMounts"]] == ["config", "state", "tmp", "kafka-ca"]
+    assert worker["volumeMounts"][-1] == CA_MOUNT
+    assert {"name": "TZ", "value": "UTC"} in worker["env"]
+    assert any(v["name"] == "KAFLEET_SECURITY__SASL_PASSWORD" for v in worker["env"])
+    assert worker["envFrom"] == [{"secretRef": {"name": "handler-keys"}}]
+    assert sidecar["env"] == [{"name": "LOG_LEVEL", "value": "debug"}]
+    assert [m["name"] for m in sidecar["volumeMounts"]] == ["state"]
+    assert pod["securityContext"]["runAsUser"] == builders.IMAGE_USER
+
+
+def test_a_pod_template_of_placement_and_metadata_as_before_is_merged_into_the_pods() -> None:
+    placement = {
+        "nodeSelector": {"kafleet.io/real-node": "true"},
+        "tolerations": [{"key": "kafleet.io/real-node", "operator": "Exists"}],
+        "metadata": {"labels": {"team": "billing"}, "annotations": {"owner": "ada"}},
+        "priorityClassName": "fleet-high",
+        "serviceAccountName": "billing-workload",
+        "imagePullSecrets": [{"name": "registry"}],
+    }
+
+    template = _pod(pod_template=placement)
+
+    pod, meta = template["spec"], template["metadata"]
+    assert pod["nodeSelector"] == placement["nodeSelector"]
+    assert pod["tolerations"] == placement["tolerations"]
+    assert pod["priorityClassName"] == "fleet-high"
+    assert pod["serviceAccountName"] == "billing-workload"
+    assert pod["imagePullSecrets"] == [{"name": "registry"}]
+    assert pod["automountServiceAccountToken"] is False  # still no API token
+    assert meta["labels"]["team"] == "billing"
+    assert meta["labels"]["app.kubernetes.io/instance"] == "billing"
+    assert meta["annotations"]["owner"] == "ada"
+    assert builders.CONFIG_HASH in meta["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("template", "field", "words"),
+    [
+        ({"containers": [{"name": "x"}]}, "pod_template", "containers: the operator builds"),
+        ({"securityContext": {"runAsUser": 0}}, "pod_template", "securityContext"),
+        ({"initContainers": []}, "pod_template", "initContainers"),
+        ({"volumes": [{"name": "config", "emptyDir": {}}]}, "pod_template.volumes.0", "config"),
+        (
+            {"volumes": [CA_SECRET], "worker": {"volumeMounts": [{**CA_MOUNT, "name": "state"}]}},
+            "pod_template.worker.volumeMounts.0",
+            "operator's",
+        ),
+        (
+            {
+                "volumes": [CA_SECRET],
+                "worker": {"volumeMounts": [{**CA_MOUNT, "mountPath": "/tmp"}]},
+            },
+            "pod_template.worker.volumeMounts.0",
+            "/tmp",
+        ),
+        (
+            {
+                "volumes": [CA_SECRET],
+                "sidecar": {"volumeMounts": [{**CA_MOUNT, "mountPath": "/etc/kafleet/ca/"}]},
+            },
+            "pod_template.sidecar.volumeMounts.0",
+            "/etc/kafleet",
+        ),
+        ({"worker": {"volumeMounts": [CA_MOUNT]}}, "pod_template", "'kafka-ca' is not a volume"),
+        (
+            {"worker": {"env": [{"name": "KAFLEET_GROUP_ID", "value": "x"}]}},
+            "pod_template.worker.env.0",
+            "KAFLEET_",
+        ),
+        (
+            {"worker": {"envFrom": [{"prefix": "KAFLEET_", "secretRef": {"name": "s"}}]}},
+            "pod_template.worker.envFrom.0",
+            "KAFLEET_",
+        ),
+        (
+            {"metadata": {"labels": {"app.kubernetes.io/instance": "other"}}},
+            "pod_template.metadata",
+            "select the group's pods",
+        ),
+        ({"worker": {"resources": {}}}, "pod_template.worker.resources", "not permitted"),
+        ({"nodeselector": {"a": "b"}}, "pod_template.nodeselector", "not permitted"),
+    ],
+)
+def test_a_pod_template_that_would_replace_what_the_operator_needs_is_refused_naming_it(
+    template: dict[str, Any], field: str, words: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_spec({**example_spec(), "pod_template": template})
+
+    assert field in caught.value.fields, caught.value
+    assert words in str(caught.value)
+
+
+def test_the_crd_carries_the_pod_templates_refusals_as_rules_of_the_api_server() -> None:
+    template = crd.spec_schema()["properties"]["pod_template"]
+    worker = template["properties"]["worker"]["properties"]
+
+    rules = [
+        rule["rule"]
+        for schema in (
+            template,
+            template["properties"]["volumes"]["items"],
+            worker["env"]["items"],
+            worker["volumeMounts"]["items"],
+        )
+        for rule in schema["x-kubernetes-validations"]
+    ]
+    assert any("KAFLEET_" in rule for rule in rules)
+    assert any("'config', 'state', 'tmp'" in rule for rule in rules)
+    assert any("'/etc/kafleet', '/var/run/kafleet', '/tmp'" in rule for rule in rules)
+    assert any("self.volumes.exists" in rule for rule in rules)
+    assert "containers" not in template["properties"]  # strict field validation refuses it
+
+
+def test_a_worker_with_no_requests_gets_the_defaults_and_given_ones_are_kept() -> None:
+    def resources(given: dict[str, Any]) -> Any:
+        (worker,) = _pod(resources=given)["spec"]["containers"]
+        return worker["resources"]
+
+    assert resources({}) == {"requests": builders.DEFAULT_REQUESTS}
+    # A limit alone is also the request (Kubernetes' rule): no default beside it.
+    assert resources({"limits": {"memory": "1Gi"}}) == {
+        "limits": {"memory": "1Gi"},
+        "requests": {"cpu": "100m"},
+    }
+    assert resources({"requests": {"cpu": "2"}}) == {"requests": {"cpu": "2"}}
+
+
+def test_a_rollout_replaces_a_quarter_of_the_fleet_per_step_and_never_runs_short() -> None:
+    deployment = builders.deployment(OWNER, parse_spec(example_spec()), 20)
+
+    rolling = deployment["spec"]["strategy"]["rollingUpdate"]
+    assert rolling == {"maxSurge": "25%", "maxUnavailable": 0}
+
+
+def test_pods_spread_over_zones_then_nodes_unless_the_template_says_otherwise() -> None:
+    spread = _pod()["spec"]["topologySpreadConstraints"]
+    assert [(c["topologyKey"], c["whenUnsatisfiable"], c["maxSkew"]) for c in spread] == [
+        ("topology.kubernetes.io/zone", "ScheduleAnyway", 1),
+        ("kubernetes.io/hostname", "ScheduleAnyway", 1),
+    ]
+    assert all(
+        c["labelSelector"]["matchLabels"] == builders.match_labels("billing") for c in spread
+    )
+
+    own = [{"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "DoNotSchedule"}]
+    assert (
+        _pod(pod_template={"topologySpreadConstraints": own})["spec"]["topologySpreadConstraints"]
+        == own
+    )
+    assert (
+        "topologySpreadConstraints"
+        not in _pod(pod_template={"topologySpreadConstraints": []})["spec"]
+    )
+
+
+def test_the_metrics_service_targets_the_sidecars_port_by_number() -> None:
+    ports = builders.service(OWNER)["spec"]["ports"]
+
+    assert ports == [{"name": "metrics", "port": 8080, "targetPort": 8080}]
