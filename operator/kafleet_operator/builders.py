@@ -238,6 +238,8 @@ def deployment(owner: Obj, parsed: ParsedSpec, replicas: int) -> Obj:
             STATE_FILE,
             "--port",
             str(SIDECAR_PORT),
+            "--partition-metrics",
+            "on" if fleet.partition_metrics else "off",
         ],
         # A native sidecar (an init container that always restarts): it starts before the
         # worker and the kubelet stops it only once the worker has exited, so the drain's

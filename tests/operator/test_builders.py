@@ -454,3 +454,15 @@ def test_the_metrics_service_targets_the_sidecars_port_by_number() -> None:
     ports = builders.service(OWNER)["spec"]["ports"]
 
     assert ports == [{"name": "metrics", "port": 8080, "targetPort": 8080}]
+
+
+@pytest.mark.parametrize(("partition_metrics", "flag"), [(True, "on"), (False, "off")])
+def test_the_sidecar_exports_per_partition_series_unless_the_group_turns_them_off(
+    partition_metrics: bool, flag: str
+) -> None:
+    parsed = parse_spec({**example_spec(), "partition_metrics": partition_metrics})
+
+    pod = builders.deployment(OWNER, parsed, 1)["spec"]["template"]["spec"]
+    (sidecar,) = pod["initContainers"]
+
+    assert sidecar["args"][sidecar["args"].index("--partition-metrics") + 1] == flag
