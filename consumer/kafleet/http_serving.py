@@ -4,16 +4,19 @@ Owns: where it listens (by default ``::`` with ``IPV6_V6ONLY`` off, so one socke
 and IPv4; ``0.0.0.0`` where the kernel has no IPv6; any other host in its own family), a fixed
 pool of handler threads fed by a bounded queue of accepted connections, a deadline per
 connection (every read and write times out at it, and a connection still open at it is shut
-down, so a client trickling a byte at a time is cut off too), and the answer when the pool and
-the queue are full: ``503`` at once, then the connection is closed. Does not own what is
-served (``sidecar.py``).
+down, so a client trickling a byte at a time is cut off too), a bound per client address
+(``per_client`` connections queued or handled at once), and the answer when the pool, the
+queue or a client's share is full: ``503`` at once, then the connection is closed. Does not
+own what is served (``sidecar.py``).
 
 Why: ``ThreadingHTTPServer`` starts a thread per connection and reads from a client for ever,
 so a client that connects and sends nothing holds a thread for good, and a few hundred of them
 exhaust the sidecar's memory limit. Here at most ``workers`` requests are handled at once, at
 most ``queued`` wait, each for ``timeout_s`` at most; the threads are ``workers`` + the accept
 loop, whatever the clients do. Each connection carries one request (HTTP/1.0), so the deadline
-of a connection is the deadline of its request.
+of a connection is the deadline of its request. And one client cannot take the pool from the
+others: a pod that opens twenty idle connections holds ``per_client`` of them, so the
+kubelet's probes (from the node's address), Prometheus and the operator are still answered.
 """
 
 from __future__ import annotations
@@ -56,12 +59,16 @@ class BoundedHTTPServer(HTTPServer):
         workers: int = 4,
         queued: int = 16,
         timeout_s: float = 5.0,
+        per_client: int = 2,
     ) -> None:
-        if workers < 1 or queued < 1 or timeout_s <= 0:
+        if workers < 1 or queued < 1 or timeout_s <= 0 or per_client < 1:
             raise ValueError(
-                f"need workers >= 1, queued >= 1, timeout_s > 0: got {workers}, "
-                f"{queued}, {timeout_s}"
+                f"need workers >= 1, queued >= 1, timeout_s > 0, per_client >= 1: got "
+                f"{workers}, {queued}, {timeout_s}, {per_client}"
             )
+        self.per_client = per_client
+        self._clients: dict[str, int] = {}  # connections queued or handled, per address
+        self._clients_lock = threading.Lock()
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.dual_stack = host == DUAL_STACK
         self.timeout_s = timeout_s
@@ -82,12 +89,32 @@ class BoundedHTTPServer(HTTPServer):
         super().server_bind()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Called by the accept loop: queue the connection, or refuse it when all is taken."""
+        """Called by the accept loop: queue the connection, or refuse it when all is taken or
+        its client already holds its share."""
+        client = str(client_address[0])
+        with self._clients_lock:
+            held = self._clients.get(client, 0)
+            if held < self.per_client:
+                self._clients[client] = held + 1
+        if held >= self.per_client:
+            log.warning("refused a connection from %s: it holds %d already", client, held)
+            self._refuse(request)
+            return
         try:
             self._jobs.put_nowait((request, client_address, time.monotonic() + self.timeout_s))
         except queue.Full:
             log.warning("refused a connection from %s: every handler is taken", client_address)
+            self._release(client_address)
             self._refuse(request)
+
+    def _release(self, client_address: Any) -> None:
+        client = str(client_address[0])
+        with self._clients_lock:
+            left = self._clients.get(client, 1) - 1
+            if left > 0:
+                self._clients[client] = left
+            else:
+                self._clients.pop(client, None)
 
     def _refuse(self, request: socket.socket) -> None:
         with contextlib.suppress(OSError):
@@ -102,6 +129,7 @@ class BoundedHTTPServer(HTTPServer):
             request, address, deadline = job
             left = deadline - time.monotonic()
             if left <= 0:  # waited its whole deadline in the queue
+                self._release(address)
                 self.shutdown_request(request)
                 continue
             request.settimeout(left)
@@ -114,6 +142,7 @@ class BoundedHTTPServer(HTTPServer):
             finally:
                 with self._open_lock:
                     del self._open[request]
+                self._release(address)
                 self.shutdown_request(request)
 
     def service_actions(self) -> None:

@@ -146,3 +146,25 @@ def test_where_the_kernel_has_no_ipv6_the_server_listens_on_ipv4(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_one_clients_idle_connections_do_not_starve_the_kubelets_probes(
+    sidecar: Sidecars, tmp_path: Path
+) -> None:
+    """Review of issue 21: twenty idle connections from one pod made /healthz answer 503 to
+    everyone, and the kubelet restarts a worker whose probe fails. A client holds at most its
+    share; the node's address (here 127.0.0.2) is still answered."""
+    url = sidecar(tmp_path / "state.json", "--http-timeout-s", "5")
+    port = port_of(url)
+    idle = [silent_client(port) for _ in range(20)]
+    time.sleep(0.5)
+
+    probe = socket.create_connection(
+        ("127.0.0.1", port), timeout=2, source_address=("127.0.0.2", 0)
+    )
+    probe.sendall(b"GET /healthz HTTP/1.0\r\nHost: sidecar\r\n\r\n")
+    answer = probe.recv(200).decode()
+
+    assert answer.startswith("HTTP/1.0 200"), answer
+    for client in [probe, *idle]:
+        client.close()
