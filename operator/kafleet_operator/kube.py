@@ -82,6 +82,22 @@ def written(obj: Mapping[str, Any]) -> bool:
     return latest == {FIELD_MANAGER}
 
 
+# Every call the operator makes gives up after this (connect, read) in seconds: the client's
+# own default is no timeout, so a half-open connection would hang a thread of kopf's pool for
+# ever, and with it the group's tuning lock.
+REQUEST_TIMEOUT_S = (5.0, 30.0)
+
+
+class TimedApiClient(k8s.ApiClient):
+    """``ApiClient`` whose calls time out (``REQUEST_TIMEOUT_S``) unless one is given: every
+    typed and dynamic call goes through ``call_api``."""
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = REQUEST_TIMEOUT_S
+        return super().call_api(*args, **kwargs)
+
+
 def client() -> k8s.ApiClient:
     """The operator's one API client: in-cluster, else the kubeconfig. Every call goes through
     it, not through whatever configuration kopf's login left in the library's globals."""
@@ -92,7 +108,7 @@ def client() -> k8s.ApiClient:
             k8s_config.load_incluster_config(configuration)  # type: ignore[no-untyped-call]
         except k8s_config.ConfigException:
             k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        _client = k8s.ApiClient(configuration)
+        _client = TimedApiClient(configuration)
     return _client
 
 
