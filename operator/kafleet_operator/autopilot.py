@@ -87,8 +87,10 @@ class Autoscaling(BaseModel):
     )
     exclude_persistent_lag: bool = Field(
         False,
-        description="the lag of a partition the sidecars judge STALL or STOP (its commit is "
-        "not moving) does not drive scaling: more replicas would not help it",
+        description="the lag of a partition the sidecars judge STOP (lag, and its commit has "
+        "not moved for minutes: wedged, not slow) does not drive scaling: more replicas would "
+        "not help it. STALL (no commit in a short window) still counts: slow handlers are "
+        "a reason to scale",
     )
     even_partitions: bool = Field(
         False,

@@ -31,7 +31,10 @@ from dataclasses import dataclass
 from kafleet_operator.autopilot import Autoscaling
 
 TP = tuple[str, int]
-PERSISTENT = ("STALL", "STOP")  # the sidecars' verdicts of a partition whose commit is stuck
+# The sidecars' verdict of a partition whose commit has not moved for minutes with lag. Not
+# STALL (no commit in a 10 s window): handlers slower than that, kafleet's very use, make every
+# busy partition STALL, and excluding them would keep an overloaded fleet from scaling up.
+PERSISTENT = ("STOP",)
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class Rates:
 
 
 def driving_lag(lag: Mapping[TP, int], statuses: Mapping[str, str]) -> int:
-    """The lag without the partitions the sidecars judge ``STALL`` or ``STOP`` (keyed
+    """The lag without the partitions the sidecars judge ``STOP`` (keyed
     ``topic[partition]``, as their ``/status`` says ``lag_status``)."""
     return sum(n for (t, p), n in lag.items() if statuses.get(f"{t}[{p}]") not in PERSISTENT)
 
