@@ -106,7 +106,11 @@ def observe_lag(
         return _unreadable(body, parsed, patch, memo, replicas, reason, message)
     memo["failures"] = 0
     offsets: histories.Offsets = memo["offsets"]
-    offsets.add(now, reading.end_total, reading.committed_total, ready)
+    # The sums over one set of partitions: a topic or a first commit changes the set, and
+    # the history starts again rather than read the jump as records (histories.py).
+    known = {tp: c for tp, c in reading.committed.items() if c is not None}
+    partitions = (frozenset(reading.ends), frozenset(known))
+    offsets.add(now, reading.end_total, sum(known.values()), ready, partitions)
     time_lag = scaling.time_lag_s(offsets.ends(), reading.committed_total, now)
     patch.status.update(
         {

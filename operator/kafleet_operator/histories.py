@@ -12,7 +12,15 @@ Owns two histories, both pure data (no I/O, no clock: the caller passes the time
   pass, over a horizon the policy sets (``offsets_horizon_s``: the time-lag target with room
   to spare, so an estimate over the target can be seen), thinned when it grows past
   ``MAX_SAMPLES`` by dropping every other sample of its older half: recent samples stay
-  dense for the rates, old ones sparse for the time lag.
+  dense for the rates, old ones sparse for the time lag. The sums mean something only over
+  one set of partitions: when the set changes (a topic created, deleted or matched, a
+  partition added, a first commit), the history starts again rather than read the jump as
+  records produced or committed. A replica's commit rate is the records committed over the
+  replica-seconds that were ready to commit them (each interval at the larger of its two
+  ready counts: a pod that turned ready mid-interval is counted whole, so the rate is never
+  overstated, and an understated one asks for a few pods more, which the step limits), and
+  the capacity is a high percentile of those rates, not the best: a scale-up neither
+  inflates it nor lets one lucky interval rule for ten minutes.
 
 Does not own what the histories mean (``scaling.py``) or where they live (``autoscaler.py``,
 in each group's memo).
@@ -20,13 +28,15 @@ in each group's memo).
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 
 MAX_SAMPLES = 512
 DEFAULT_OFFSETS_HORIZON_S = 600.0  # the time lag reported without a target: up to 10 min
 RATE_WINDOW_S = 30.0  # the input and commit rates: over the last this many seconds
-CAPACITY_WINDOW_S = 600.0  # a replica's commit rate: the best of the last this many seconds
+CAPACITY_WINDOW_S = 600.0  # a replica's commit rate: a high percentile of this many seconds
+CAPACITY_PERCENTILE = 0.9
 
 
 def offsets_horizon_s(target_time_lag_s: float | None) -> float:
@@ -75,15 +85,24 @@ class Offsets:
     def __init__(self, horizon_s: float) -> None:
         self.horizon_s = horizon_s
         self.samples: list[Sample] = []
+        self.partitions: object = None  # what the sums are over (``add``'s ``partitions``)
 
-    def add(self, now: float, end: int, committed: int, ready: int = 0) -> None:
+    def add(
+        self, now: float, end: int, committed: int, ready: int = 0, partitions: object = None
+    ) -> None:
+        """``committed``: the sum over the partitions that have a commit; ``partitions``: a
+        value that changes when the set of partitions, or of committed ones, changes."""
+        if partitions != self.partitions:
+            self.samples, self.partitions = [], partitions  # other sums: start again
         recent = [s for s in self.samples if now - s.at <= RATE_WINDOW_S]
         per_replica = None
         if recent and now > recent[0].at:
             done = committed - recent[0].committed
-            least = min([ready, *(s.ready for s in recent)])
-            if least > 0 and done > 0:
-                per_replica = done / (now - recent[0].at) / least
+            steps = [*recent, Sample(now, end, committed, ready)]
+            pairs = itertools.pairwise(steps)
+            replica_s = sum(max(a.ready, b.ready) * (b.at - a.at) for a, b in pairs)
+            if replica_s > 0 and done > 0:
+                per_replica = done / replica_s
         self.samples.append(Sample(now, end, committed, ready, per_replica))
         while len(self.samples) > 2 and now - self.samples[1].at > self.horizon_s:
             del self.samples[0]  # the oldest kept is the last one beyond the horizon
@@ -95,18 +114,23 @@ class Offsets:
         return [(s.at, s.end) for s in self.samples]
 
     def rates(self, now: float) -> tuple[float | None, float | None]:
-        """The input rate over the last ``RATE_WINDOW_S`` and the best commit rate of one
-        ready replica over the last ``CAPACITY_WINDOW_S`` (records a second): the best, since
-        a rebalance stalls commits for a while and would make a replica look slower than it
-        is. None where nothing was measured."""
+        """The input rate over the last ``RATE_WINDOW_S`` and the commit rate of one ready
+        replica over the last ``CAPACITY_WINDOW_S`` (records a second): a high percentile,
+        since a rebalance stalls commits for a while and would make a replica look slower
+        than it is, but not the best, which one lucky interval sets. None where nothing was
+        measured."""
         recent = [s for s in self.samples if now - s.at <= RATE_WINDOW_S]
         input_rate = None
         if len(recent) >= 2 and recent[-1].at > recent[0].at:
             span = recent[-1].at - recent[0].at
             input_rate = max(0.0, (recent[-1].end - recent[0].end) / span)
-        measured = [
+        measured = sorted(
             s.per_replica
             for s in self.samples
             if s.per_replica is not None and now - s.at <= CAPACITY_WINDOW_S
+        )
+        if not measured:
+            return input_rate, None
+        return input_rate, measured[
+            min(len(measured) - 1, int(CAPACITY_PERCENTILE * len(measured)))
         ]
-        return input_rate, max(measured, default=None)

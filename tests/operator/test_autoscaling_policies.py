@@ -142,3 +142,39 @@ def test_the_time_lag_history_covers_a_target_over_ten_minutes_in_bounded_memory
     assert lag is not None
     assert lag > 1_800
     assert len(ends.samples) <= histories.MAX_SAMPLES
+
+
+def _run(offsets: histories.Offsets, start: float, seconds: int, ready: int, rate: float) -> float:
+    """Feed a pass every 5 s of ``ready`` replicas each committing ``rate`` records a second."""
+    now = start
+    committed = offsets.samples[-1].committed if offsets.samples else 0
+    for _ in range(seconds // 5):
+        now += 5
+        committed += int(ready * rate * 5)
+        offsets.add(now, 10**9, committed, ready, "orders")
+    return now
+
+
+def test_a_scale_up_does_not_inflate_one_replicas_measured_rate() -> None:
+    """Review of issue 21: commits over a window were divided by its fewest ready replicas and
+    the best rate kept for ten minutes, so after 2 -> 4 replicas of 100 records/s each a
+    replica read 183 records/s, and the time-lag step asked for half the replicas needed."""
+    offsets = histories.Offsets(600)
+    now = _run(offsets, 0, 120, ready=2, rate=100)
+    now = _run(offsets, now, 120, ready=4, rate=100)
+
+    per_replica = offsets.rates(now)[1]
+
+    assert per_replica is not None
+    assert per_replica == pytest.approx(100, rel=0.05)
+
+
+def test_a_new_topic_or_a_first_commit_starts_the_rates_again_rather_than_read_a_jump() -> None:
+    """Review of issue 21: a topic appearing added its offsets to the sums, read as 66,668
+    records/s produced and 33,334 committed by one replica."""
+    offsets = histories.Offsets(600)
+    for i in range(6):
+        offsets.add(5.0 * i, 1_000 + 500 * i, 500 * i, 2, "orders")
+    offsets.add(30.0, 4_000_000, 2_000_000, 2, "orders and payments")
+
+    assert offsets.rates(30.0) == (None, None)
