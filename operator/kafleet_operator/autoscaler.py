@@ -131,7 +131,8 @@ def observe_lag(
         )
     else:
         degraded = condition("Degraded", False, "Observed", "lag read from Kafka", generation)
-    if policy is None:
+    if policy is None:  # no autoscaling, or paused: a scale-down waits a window once it resumes
+        memo["watched_since"] = now
         return degraded, []
     active = reading.total > policy.activation_lag
     active_condition = condition(
@@ -173,8 +174,11 @@ def _unreadable(
     reason: str,
     message: str,
 ) -> tuple[Condition, list[Condition]]:
-    """The lag could not be read: hold the replicas, or fall back after the threshold."""
+    """The lag could not be read: hold the replicas, or fall back after the threshold. The
+    scale-down window starts again: the wishes of before the outage say nothing of after it,
+    so the first readings after it must not scale a fleet down (review of issue 21)."""
     memo["failures"] += 1
+    memo["watched_since"] = time.time()
     generation = body.metadata.get("generation", 0)
     policy = parsed.fleet.autoscaling
     if policy is not None:

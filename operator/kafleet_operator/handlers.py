@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 import os
 from typing import Any, NoReturn
 
 import kopf
+import urllib3
 from kubernetes import client as k8s
 
 from kafleet.errors import ConfigError
@@ -210,22 +212,45 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch, **_: Any) -> No
         _pauses.pop(uid, None)
         return
     held, before = pause.read(body.metadata), _pauses.get(uid)
-    _pauses[uid] = held
     if before is None or before == held:
+        _pauses[uid] = held
         return
     log.info("%s: pause %s -> %s", body.metadata["name"], before, held)
     if held.reconciliation:
+        _pauses[uid] = held
         return
     try:
         parsed = parse_spec(dict(body.spec))
     except ConfigError:
+        _pauses[uid] = held
         return  # the pass reports the spec
+    # Unpaused with autoscaling on: resume from the held count, as KEDA does, not from a
+    # spec.replicas that may be hours old; autoscaling moves it from there.
+    policy = parsed.fleet.autoscaling
+    resume = before.replicas if held.replicas is None and not held.reconciliation else None
     try:
+        if resume is not None and policy is not None and not policy.external:
+            _scale_to(body, resume)
+            held = dataclasses.replace(held, replicas=resume)
         deployment = _apply_all(body, parsed, held)
-    except (kube.NotOwnedError, k8s.ApiException) as exc:
-        _failure(body, patch, exc)  # the reconcile's retries, or the next edit, apply again
+    except (kube.NotOwnedError, k8s.ApiException, urllib3.exceptions.HTTPError) as exc:
+        # Not recorded as seen: the next event of the group (the pass writes its status every
+        # interval) tries again, so a pause change is never lost to an API server's blip.
+        if isinstance(exc, urllib3.exceptions.HTTPError):
+            log.warning("%s: applying the pause change failed: %s", body.metadata["name"], exc)
+        else:
+            _failure(body, patch, exc)
         return
+    _pauses[uid] = pause.read(body.metadata)
     _applied(body, patch, deployment)
+
+
+def _scale_to(body: kopf.Body, replicas: int) -> None:
+    """``spec.replicas`` through the scale subresource, as the autoscaler writes it."""
+    meta = body.metadata
+    k8s.CustomObjectsApi(kube.client()).patch_namespaced_custom_object_scale(
+        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"spec": {"replicas": replicas}}
+    )
 
 
 @kopf.on.event(*OWNED[0], labels=MANAGED)

@@ -60,6 +60,25 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
             log.info("%s/%s is gone", body.metadata["namespace"], body.metadata["name"])
 
 
+def _level(
+    body: kopf.Body,
+    parsed: ParsedSpec,
+    held: pause.Pause,
+    deployment: Any,
+    memo: Any,
+    settled: bool,
+) -> None:
+    """Put back a Deployment that has drifted from the spec for two passes in a row (one pass
+    may read the group a moment before the reconcile of its last edit)."""
+    found = None
+    if deployment is not None and settled and not held.reconciliation:
+        found = owned.drift(deployment, parsed, held)
+    if found is not None and memo.get("drift") == found:
+        owned.put_back("Deployment", body, False, f"drifted ({found})")
+        found = None
+    memo["drift"] = found
+
+
 def observe(
     body: kopf.Body,
     status: kopf.Status,
@@ -89,6 +108,7 @@ def observe(
             deployment = None  # someone else's of the same name (NotOwned): not this fleet
     elif refused is None and applied is not None and not held.reconciliation:
         owned.put_back("Deployment", body, True, "missing")  # in case its watch event was lost
+    _level(body, parsed, held, deployment, memo, refused is None and applied == generation)
     replicas: int | None = None
     rolling: str | None = None
     observed = k8s.V1DeploymentStatus()

@@ -33,6 +33,27 @@ log = logging.getLogger("kafleet.operator")
 KINDS = ("Deployment", "ConfigMap", "Service")
 
 
+def drift(deployment: Any, parsed: Any, held: pause.Pause) -> str | None:
+    """How the live Deployment (a client model) differs from what the spec and the pause say,
+    in what the operator decides (replicas, configuration, image); None when it does not. The
+    pass puts back a drift that outlives a pass: a watch event lost, or a put-back that
+    failed (kopf never retries an event handler)."""
+    spec = deployment.spec
+    if spec is None:
+        return None
+    wanted = held.deployment_replicas(parsed.fleet.replicas)
+    if spec.replicas != wanted:
+        return f"replicas {spec.replicas}, not {wanted}"
+    template = spec.template
+    annotations = (template.metadata.annotations if template.metadata else None) or {}
+    if annotations.get(builders.CONFIG_HASH) != builders.config_hash(parsed):
+        return "its configuration hash is not the spec's"
+    images = {c.name: c.image for c in (template.spec.containers if template.spec else [])}
+    if images.get("worker") != parsed.fleet.image:
+        return f"worker image {images.get('worker')}, not {parsed.fleet.image}"
+    return None
+
+
 def _fresh(namespace: str, name: str, uid: str) -> dict[str, Any] | None:
     """The group as the API server holds it now; None if gone, replaced or being deleted."""
     try:

@@ -1,0 +1,62 @@
+"""The periodic pass judges a live Deployment against the spec and the pause, so a put-back
+that failed (kopf never retries an event handler) or a lost watch event is made good by the
+next passes (review of issue 21: a paused-replicas removal during an API server's blip left
+the fleet at 0 with Ready=True)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from kafleet_operator import builders, owned, pause
+from kafleet_operator.spec import ParsedSpec, parse_spec
+
+REPO = Path(__file__).resolve().parents[2]
+OWNER = {
+    "apiVersion": "kafleet.io/v1alpha1",
+    "kind": "ConsumerGroup",
+    "metadata": {"name": "billing", "namespace": "shop", "uid": "u-1"},
+}
+
+
+def parsed(**changes: Any) -> ParsedSpec:
+    manifest = yaml.safe_load((REPO / "examples" / "consumergroup.yaml").read_text())
+    return parse_spec({**manifest["spec"], **changes})
+
+
+def live(spec: ParsedSpec, replicas: int) -> Any:
+    """The Deployment the builder makes, as the client reads it back."""
+    body = builders.deployment(OWNER, spec, replicas)
+    return k8s.ApiClient()._ApiClient__deserialize(body, "V1Deployment")  # type: ignore[attr-defined]
+
+
+def test_a_deployment_as_built_has_not_drifted() -> None:
+    spec = parsed(replicas=3)
+
+    assert owned.drift(live(spec, 3), spec, pause.Pause()) is None
+
+
+@pytest.mark.parametrize(
+    ("built_from", "held", "named"),
+    [
+        ({"replicas": 0}, pause.Pause(), "replicas 0, not 3"),
+        ({"replicas": 3}, pause.Pause(replicas=0), "replicas 3, not 0"),
+        ({"replicas": 3, "handler": "orders:other"}, pause.Pause(), "configuration hash"),
+        ({"replicas": 3, "image": "registry.example.com/old:1"}, pause.Pause(), "worker image"),
+    ],
+    ids=["replicas-left-at-zero", "pause-not-applied", "old-configuration", "old-image"],
+)
+def test_a_deployment_that_differs_from_the_spec_or_the_pause_has_drifted(
+    built_from: dict[str, Any], held: pause.Pause, named: str
+) -> None:
+    spec = parsed(replicas=3)
+    old = parsed(**built_from)
+
+    found = owned.drift(live(old, old.fleet.replicas), spec, held)
+
+    assert found is not None
+    assert named in found
