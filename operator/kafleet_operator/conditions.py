@@ -42,16 +42,20 @@ def condition(kind: str, ok: bool, reason: str, message: str, generation: int) -
 
 
 def merged(
-    current: Sequence[Mapping[str, Any]] | None, new: Iterable[Condition]
+    current: Sequence[Mapping[str, Any]] | None,
+    new: Iterable[Condition],
+    gone: Iterable[str] = (),
 ) -> list[Condition]:
     """Conditions merged by type, keeping a transition time when the status did not change;
-    a ``TRANSIENT`` condition absent from ``new`` is removed."""
+    a ``TRANSIENT`` condition absent from ``new`` is removed, as is every type in ``gone``
+    (``Active`` once autoscaling is off or paused: a verdict nothing refreshes any more)."""
     new = list(new)
     judged = {c["type"] for c in new}
+    dropped = set(gone) - judged
     by_type = {
         c["type"]: dict(c)
         for c in current or []
-        if c["type"] not in TRANSIENT or c["type"] in judged
+        if (c["type"] not in TRANSIENT or c["type"] in judged) and c["type"] not in dropped
     }
     for cond in new:
         old = by_type.get(cond["type"])

@@ -30,8 +30,10 @@ from kafleet_operator.spec import ParsedSpec, parse_spec
 log = logging.getLogger("kafleet.operator")
 
 
-def _set_conditions(status: Mapping[str, Any], patch: kopf.Patch, *new: dict[str, Any]) -> None:
-    patch.status["conditions"] = conditions.merged(status.get("conditions"), new)
+def _set_conditions(
+    status: Mapping[str, Any], patch: kopf.Patch, *new: dict[str, Any], gone: tuple[str, ...] = ()
+) -> None:
+    patch.status["conditions"] = conditions.merged(status.get("conditions"), new, gone)
 
 
 def parse(body: kopf.Body, status: kopf.Status, patch: kopf.Patch) -> ParsedSpec | None:
@@ -138,6 +140,8 @@ def observe(
         generation, None, refused, applied, replicas, ready, lag, rolling,
         failure.get("reason") or "ApplyFailed", held,
     )  # fmt: skip
-    _set_conditions(status, patch, *conditions.judge(facts), *active)
+    unscaled = parsed.fleet.autoscaling is None or held.scaling
+    gone = ("Active",) if unscaled else ()
+    _set_conditions(status, patch, *conditions.judge(facts), *active, gone=gone)
     if deployment is not None and not held.reconciliation:
         tuner.tune(body, parsed, patch, memo)

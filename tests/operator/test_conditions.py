@@ -159,3 +159,15 @@ def test_a_condition_keeps_its_transition_time_while_its_status_stays() -> None:
     assert ready["lastTransitionTime"] == "t0"
     assert ready["message"] == "2 of 2"
     assert flipped["lastTransitionTime"] != "t0"
+
+
+def test_active_is_removed_once_nothing_judges_it() -> None:
+    """Review of issue 21: once autoscaling was removed or paused, the last Active verdict
+    stayed for ever."""
+    before = [condition("Active", True, "LagOverActivation", "lag 9", 1)]
+
+    kept = merged(before, [])
+    dropped = merged(before, [], gone=("Active",))
+
+    assert [c["type"] for c in kept] == ["Active"]
+    assert dropped == []
