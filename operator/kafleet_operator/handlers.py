@@ -279,5 +279,7 @@ def put_back(type: str, body: kopf.Body, **kwargs: Any) -> None:
         return
     for group in groups.get((body.metadata["namespace"], ref["name"]), []):
         if group["metadata"]["uid"] == ref["uid"]:
-            why = "deleted" if type == "DELETED" else "changed by another writer"
-            owned.put_back(body["kind"], group, type == "DELETED", why)
+            deleted = type == "DELETED"
+            why = "deleted" if deleted else "changed"
+            version = None if deleted else body.metadata.get("resourceVersion")
+            owned.put_back(body["kind"], group, deleted, why, version, kube.rival(body))

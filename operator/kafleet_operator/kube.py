@@ -68,6 +68,17 @@ def _version(metadata: Mapping[str, Any]) -> str:
     return str(metadata.get("generation") or metadata.get("resourceVersion") or "")
 
 
+def rival(obj: Mapping[str, Any]) -> str:
+    """The other field managers of the latest write of ``obj`` (``status`` aside), as a
+    comma-separated list; empty when it was this operator's."""
+    writes = [
+        m for m in obj["metadata"].get("managedFields") or [] if m.get("subresource") != "status"
+    ]
+    times = sorted({str(m.get("time")) for m in writes})
+    latest = {str(m.get("manager")) for m in writes if times and str(m.get("time")) == times[-1]}
+    return ", ".join(sorted(latest - {FIELD_MANAGER}))
+
+
 def written(obj: Mapping[str, Any]) -> bool:
     """Whether ``obj`` (a watched object) is as this process last wrote it, or its latest
     write (``status`` aside) was this field manager's: the watch event of an apply may

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -31,6 +33,23 @@ from kafleet_operator.spec import parse_spec
 
 log = logging.getLogger("kafleet.operator")
 KINDS = ("Deployment", "ConfigMap", "Service")
+# Another writer that keeps changing an object (an HPA on the Deployment, a mutating policy)
+# would have it put back at every event, each a rollout or a rescale: after this many
+# put-backs of one object within the window, it is left alone until the window has passed.
+FIGHT_LIMIT, FIGHT_WINDOW_S = 5, 300.0
+_put_backs: dict[tuple[str, str, str], deque[float]] = {}
+
+
+def fighting(kind: str, namespace: str, name: str, now: float) -> bool:
+    """Whether ``kind`` ``namespace/name`` was put back ``FIGHT_LIMIT`` times within
+    ``FIGHT_WINDOW_S``; records this put-back when it was not."""
+    times = _put_backs.setdefault((kind, namespace, name), deque())
+    while times and now - times[0] > FIGHT_WINDOW_S:
+        times.popleft()
+    if len(times) >= FIGHT_LIMIT:
+        return True
+    times.append(now)
+    return False
 
 
 def drift(deployment: Any, parsed: Any, held: pause.Pause) -> str | None:
@@ -73,11 +92,27 @@ def _fresh(namespace: str, name: str, uid: str) -> dict[str, Any] | None:
     return raw
 
 
-def put_back(kind: str, group: Mapping[str, Any], deleted: bool, why: str) -> bool:
+def put_back(
+    kind: str,
+    group: Mapping[str, Any],
+    deleted: bool,
+    why: str,
+    seen_version: str | None = None,
+    rival: str = "",
+) -> bool:
     """Apply the group's ``kind`` object again; whether it was applied. ``why`` says what
-    happened to it (for the log and the Event)."""
+    happened to it (for the log and the Event); ``seen_version``: the object's
+    resourceVersion as the event showed it (no Event when the apply changed nothing, as after
+    ``kubectl rollout restart``); ``rival``: who else wrote it."""
     meta = group["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    if not deleted and fighting(kind, namespace, name, time.monotonic()):
+        log.warning(
+            "%s/%s: the %s was changed back %d times in %.0f s%s: left as it is for now",
+            namespace, name, kind, FIGHT_LIMIT, FIGHT_WINDOW_S,
+            f" (by {rival})" if rival else "",
+        )  # fmt: skip
+        return False
     if deleted:
         fresh = _fresh(namespace, name, meta["uid"])
         if fresh is None:
@@ -92,14 +127,15 @@ def put_back(kind: str, group: Mapping[str, Any], deleted: bool, why: str) -> bo
     except ConfigError:
         return False  # the pass reports the spec; there is nothing right to put back
     owner = {"apiVersion": body["apiVersion"], "kind": body["kind"], "metadata": dict(meta)}
+    version: str | None = None
     try:
         if kind == "Deployment":
             replicas = held.deployment_replicas(parsed.fleet.replicas)
-            apply(builders.deployment(owner, parsed, replicas))
+            version = _version(apply(builders.deployment(owner, parsed, replicas)))
         elif kind == "ConfigMap":
             tuner.apply_config_map(body, parsed)
         elif kind == "Service":
-            apply(builders.service(owner))
+            version = _version(apply(builders.service(owner)))
         else:
             raise ValueError(f"a ConsumerGroup owns no {kind}")
     except NotOwnedError as exc:
@@ -110,7 +146,15 @@ def put_back(kind: str, group: Mapping[str, Any], deleted: bool, why: str) -> bo
             "%s/%s: putting back the %s failed: %s", namespace, name, kind, api_message(exc)
         )
         return False
-    message = f"{kind} {why}: put back as the spec says"
+    if seen_version is not None and version == seen_version:
+        log.debug("%s/%s: the %s was already as the spec says", namespace, name, kind)
+        return True
+    message = f"{kind} {why}{f' by {rival}' if rival else ''}: put back as the spec says"
     log.info("%s/%s: %s", namespace, name, message)
     post_event(group, "PutBack", message)
     return True
+
+
+def _version(applied: Mapping[str, Any]) -> str | None:
+    version = (applied.get("metadata") or {}).get("resourceVersion")
+    return None if version is None else str(version)

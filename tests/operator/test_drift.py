@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from kafleet_operator import builders, owned, pause
+from kafleet_operator import builders, kube, owned, pause
 from kafleet_operator.spec import ParsedSpec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,3 +60,28 @@ def test_a_deployment_that_differs_from_the_spec_or_the_pause_has_drifted(
 
     assert found is not None
     assert named in found
+
+
+def test_an_object_another_writer_keeps_changing_is_left_alone_after_five_put_backs() -> None:
+    """Review of issue 21: an HPA on the Deployment, fighting the operator over replicas, had
+    it put back at every event: a rescale each time, for ever."""
+    taken = [owned.fighting("Deployment", "shop", "fought", float(t)) for t in range(0, 60, 10)]
+    later = owned.fighting("Deployment", "shop", "fought", 400.0)
+
+    assert taken == [False] * 5 + [True]
+    assert later is False  # the window has passed: put back again
+
+
+def test_the_rival_is_the_latest_writer_other_than_the_operator() -> None:
+    fields = [
+        {"manager": "kafleet-operator", "operation": "Apply", "time": "2026-11-23T10:00:00Z"},
+        {"manager": "kubectl-edit", "operation": "Update", "time": "2026-11-23T10:05:00Z"},
+        {
+            "manager": "kube-controller-manager",
+            "subresource": "status",
+            "time": "2026-11-23T10:06:00Z",
+        },
+    ]
+
+    assert kube.rival({"metadata": {"managedFields": fields}}) == "kubectl-edit"
+    assert kube.rival({"metadata": {"managedFields": fields[:1]}}) == ""
