@@ -7,13 +7,15 @@ import json
 import re
 import subprocess
 import threading
+import time
+import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.infra import k8s, k8s_build
 from tests.infra.kafka import TestbedError
@@ -151,10 +153,21 @@ def last_billed(texts: Iterable[str]) -> dict[int, int]:
 
 
 def committed(kafka: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets; asked again while the broker answers with a retriable
+    error (NOT_COORDINATOR while the group's coordinator loads it, after a rebalance)."""
     consumer = Consumer({"bootstrap.servers": kafka, "group.id": group})
     try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
-        return {tp.partition: tp.offset for tp in found}
+        for attempt in range(10):
+            try:
+                found = consumer.committed(
+                    [TopicPartition(topic, p) for p in range(partitions)], 10
+                )
+                return {tp.partition: tp.offset for tp in found}
+            except KafkaException as exc:
+                if attempt == 9:
+                    raise AssertionError(f"the committed offsets of {group}: {exc}") from exc
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
     finally:
         consumer.close()
 
@@ -259,3 +272,26 @@ class PodWatch:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+
+def lag(kafka: str, group: str, topic: str, partitions: int) -> int:
+    """The group's lag on the topic, from Kafka: log-end minus committed (0 when none)."""
+    ends = end_offsets(kafka, topic, partitions)
+    done = committed(kafka, group, topic, partitions)
+    return sum(end - max(done.get(p, 0), 0) for p, end in ends.items())
+
+
+def restarts(pod: dict[str, Any]) -> dict[str, int]:
+    """Restarts of each container, the native sidecar's among the init containers'."""
+    status = pod["status"]
+    found = [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]
+    return {s["name"]: s["restartCount"] for s in found}
+
+
+def worker_status(pod: dict[str, Any]) -> dict[str, Any]:
+    """The worker's state as its sidecar's ``/status`` serves it, read from the pod's IP (the
+    host reaches the pods' bridge, as the kubelet's probes do)."""
+    url = f"http://{pod['status']['podIP']}:8080/status"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        found: dict[str, Any] = json.loads(response.read())["worker"]
+    return found

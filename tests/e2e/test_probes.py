@@ -6,13 +6,12 @@ the probes sat on the sidecar, so a hung worker restarted only the sidecar, for 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.e2e.conftest import Release
-from tests.e2e.fleet import Cluster, apply, consumer_group, pods, wait_pods_ready
+from tests.e2e.fleet import Cluster, apply, consumer_group, pods, restarts, wait_pods_ready
 from tests.infra.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(900)
@@ -30,13 +29,6 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         os.kill(int(pid), signal.SIGSTOP)
         print(pid)
 """
-
-
-def _restarts(pod: dict[str, Any]) -> dict[str, int]:
-    """Restarts of each container, the native sidecar's among the init containers'."""
-    status = pod["status"]
-    found = [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]
-    return {s["name"]: s["restartCount"] for s in found}
 
 
 def test_a_hung_worker_has_its_own_container_restarted_and_the_sidecar_keeps_running(
@@ -66,10 +58,10 @@ def test_a_hung_worker_has_its_own_container_restarted_and_the_sidecar_keeps_run
 
     def worker_restarted() -> bool:
         (found,) = pods(fleet_cluster, ns, name)
-        return _restarts(found).get("worker", 0) >= 1
+        return restarts(found).get("worker", 0) >= 1
 
     wait_until(worker_restarted, 180, "the hung worker's container to be restarted", every=2)
     (found,) = pods(fleet_cluster, ns, name)
-    assert _restarts(found) == {"worker": 1, "sidecar": 0}, _restarts(found)
+    assert restarts(found) == {"worker": 1, "sidecar": 0}, restarts(found)
     wait_pods_ready(fleet_cluster, ns, name, 1)  # the new worker passes its probes
     fleet_cluster.kubectl("delete", "kcg", "-n", ns, name, "--wait=false")
