@@ -9,6 +9,7 @@ handled twice are counted from Kafka, not from pods that are gone; the duplicate
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ def test_a_backlog_scales_the_fleet_up_to_the_partition_count_and_drains_with_no
 ) -> None:
     # From min_replicas 1, each step adds at most 4 pods or 100% (the HPA's default policy).
     steps = [1, *scaled.replicas.wished]
-    assert all(b <= max(a + 4, 2 * a) for a, b in zip(steps, steps[1:])), steps
+    assert all(b <= max(a + 4, 2 * a) for a, b in itertools.pairwise(steps)), steps
     assert max(steps) == PARTITIONS, f"the fleet went {steps}, not up to the partition count"
     assert steps == sorted(steps), f"the fleet went down while it had a backlog: {steps}"
     # Each new pod joined: receipts came from every pod that ran at the top.
