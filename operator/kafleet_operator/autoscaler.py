@@ -30,7 +30,7 @@ import kopf
 from confluent_kafka import KafkaException
 from kubernetes import client as k8s
 
-from kafleet_operator import credentials, histories, lag_reader, scaling, sidecars
+from kafleet_operator import credentials, histories, lag_reader, metrics, scaling, sidecars
 from kafleet_operator.autopilot import Autoscaling
 from kafleet_operator.conditions import Condition, condition
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
@@ -179,6 +179,8 @@ def _unreadable(
     so the first readings after it must not scale a fleet down (review of issue 21)."""
     memo["failures"] += 1
     memo["watched_since"] = time.time()
+    if measured := metrics.of(memo):
+        measured.lag_unreadable()
     generation = body.metadata.get("generation", 0)
     policy = parsed.fleet.autoscaling
     if policy is not None:
@@ -238,6 +240,8 @@ def _apply(
         body.metadata["name"],
         {"spec": {"replicas": decision.replicas}},
     )
+    if measured := metrics.of(memo):
+        measured.scaled(decision.current, decision.replicas)
     patch.status["lastScaleTime"] = time.strftime(TIME_FORMAT, time.gmtime(now))
     patch.status["lastScaleReason"] = decision.reason
     post_event(body, decision.reason, message)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--liveness",
         default="http://0.0.0.0:8080/healthz",
         help="kopf's liveness endpoint, for the operator's own probe",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="0.0.0.0:8081",
+        help="where the operator serves its Prometheus /metrics: host:port ([::]:8081 for "
+        "IPv6), or off",
     )
     parser.add_argument("--kubeconfig", help="default: in-cluster, else $KUBECONFIG")
     parser.add_argument(
@@ -45,6 +52,15 @@ def run(args: argparse.Namespace) -> int:
         from kubernetes.config import kube_config
 
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
+    from kafleet_operator import metrics
+
+    try:
+        address = metrics.parse_address(args.metrics_address)
+        if address is not None:
+            metrics.serve(address)
+    except (ValueError, OSError) as exc:
+        print(f"error: --metrics-address {args.metrics_address}: {exc}", file=sys.stderr)
+        return 2
     os.environ["KAFLEET_OPERATOR_SIDECAR_URL"] = args.sidecar_url
     os.environ["KAFLEET_OPERATOR_INTERVAL_S"] = str(args.interval_s)
     import kopf
@@ -52,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
     from kafleet_operator import handlers  # registers the handlers, with the settings above
 
     log = logging.getLogger("kafleet.operator")
-    log.info("watching %s every %g s", args.namespace or "all namespaces", handlers.INTERVAL_S)
+    log.info(
+        "watching %s every %g s; metrics on %s",
+        args.namespace or "all namespaces",
+        handlers.INTERVAL_S,
+        args.metrics_address,
+    )
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -23,7 +24,7 @@ import kopf
 from kubernetes import client as k8s
 
 from kafleet.errors import ConfigError
-from kafleet_operator import autoscaler, builders, conditions, owned, pause, tuner
+from kafleet_operator import autoscaler, builders, conditions, metrics, owned, pause, tuner
 from kafleet_operator.kube import client, controller, patch_status
 from kafleet_operator.spec import ParsedSpec, parse_spec
 
@@ -52,7 +53,17 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
     """One periodic pass over one group (``periodic.run`` calls it): observe, write status."""
     body = kopf.Body(cast(kopf.RawBody, copy.deepcopy(dict(raw))))
     patch = kopf.Patch()
-    observe(body, body.status, patch, memo)
+    meta = body.metadata
+    measured = metrics.series(memo, meta["namespace"], meta["name"], body.spec.get("group_id", ""))
+    started = time.monotonic()
+    try:
+        observe(body, body.status, patch, memo)
+    except Exception:
+        measured.passed({}, time.monotonic() - started, ok=False)
+        raise
+    measured.passed(
+        patch.get("status") or {}, time.monotonic() - started, True, body.spec.get("replicas")
+    )
     if patch.get("status"):
         try:
             patch_status(body, patch["status"])

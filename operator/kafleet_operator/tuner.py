@@ -32,7 +32,7 @@ import kopf
 import yaml
 from kubernetes import client as k8s
 
-from kafleet_operator import builders, sidecars, tuning
+from kafleet_operator import builders, metrics, sidecars, tuning
 from kafleet_operator.kube import NotOwnedError, apply, client, post_event
 from kafleet_operator.spec import ParsedSpec
 
@@ -210,3 +210,5 @@ def tune(body: kopf.Body, parsed: ParsedSpec, patch: kopf.Patch, memo: Any) -> N
         )
         post_event(body, move.reason, message)
         log.info("%s/%s: %s", namespace, name, message)
+        if measured := metrics.of(memo):
+            measured.tuned()

@@ -1,0 +1,169 @@
+"""The operator's own Prometheus metrics: what it saw of each ConsumerGroup and what it did.
+
+Owns: the families (``FAMILIES``, a registry of their own, so nothing else a library registers
+leaks into them), the series of one group (``Series``: made at its first pass with every
+child a dashboard or an alert reads, counters at 0, so a panel shows 0 rather than "No data";
+removed when the group is gone, through the memo's ``close``, which ``periodic.forget`` calls),
+and serving ``/metrics`` (``serve``). Each series carries ``namespace`` and ``consumergroup``
+(the ConsumerGroup) and ``group`` (its Kafka group id, the one label the workers' series
+carry), so panels join the two; a Prometheus that scrapes the operator's pod keeps them with
+``honor_labels`` (else its own ``namespace`` target label renames them ``exported_namespace``).
+
+Does not own what a pass does (``observer.py``) or any decision: it records them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+LABELS = ("namespace", "consumergroup", "group")
+
+PASSES = Counter(
+    "kafleet_operator_passes",
+    "periodic passes over a group, by result (error: the pass raised; see the log)",
+    [*LABELS, "result"],
+    registry=REGISTRY,
+)
+PASS_SECONDS = Histogram(
+    "kafleet_operator_pass_duration_seconds",
+    "how long one pass over a group took (reading lag, sidecars, writing status)",
+    LABELS,
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+LAG = Gauge(
+    "kafleet_operator_lag_records",
+    "the group's lag read from Kafka (log-end minus committed), as status.lag",
+    LABELS,
+    registry=REGISTRY,
+)
+TIME_LAG = Gauge(
+    "kafleet_operator_time_lag_seconds",
+    "the group's estimated time lag, as status.timeLagSeconds",
+    LABELS,
+    registry=REGISTRY,
+)
+LAG_FAILURES = Counter(
+    "kafleet_operator_lag_read_failures",
+    "passes whose lag could not be read (status.conditions Degraded says why)",
+    LABELS,
+    registry=REGISTRY,
+)
+DESIRED = Gauge(
+    "kafleet_operator_replicas_desired",
+    "the replicas the group's spec asks for (the autoscaler's last decision)",
+    LABELS,
+    registry=REGISTRY,
+)
+READY = Gauge(
+    "kafleet_operator_replicas_ready", "the Deployment's ready replicas", LABELS, registry=REGISTRY
+)
+SCALES = Counter(
+    "kafleet_operator_scale_events",
+    "replicas written by the autoscaler, by direction (the Events give the reason)",
+    [*LABELS, "direction"],
+    registry=REGISTRY,
+)
+MAX_POLL_RECORDS = Gauge(
+    "kafleet_operator_max_poll_records",
+    "the max_poll_records the operator gives the workers (tuned or the spec's)",
+    LABELS,
+    registry=REGISTRY,
+)
+TUNINGS = Counter(
+    "kafleet_operator_tuning_changes",
+    "max_poll_records changes the tuner wrote to the group's ConfigMap",
+    LABELS,
+    registry=REGISTRY,
+)
+FAMILIES = (
+    PASSES, PASS_SECONDS, LAG, TIME_LAG, LAG_FAILURES, DESIRED, READY, SCALES,
+    MAX_POLL_RECORDS, TUNINGS,
+)  # fmt: skip
+_CHILDREN: dict[Any, tuple[tuple[str, ...], ...]] = {
+    PASSES: (("ok",), ("error",)),
+    SCALES: (("up",), ("down",)),
+}
+
+
+class Series:
+    """One group's series; ``close`` removes them all (the group is gone)."""
+
+    def __init__(self, namespace: str, name: str, group: str) -> None:
+        self.labels = (namespace, name, group)
+        for family in FAMILIES:
+            for extra in _CHILDREN.get(family, ((),)):
+                family.labels(*self.labels, *extra)
+
+    def passed(
+        self, status: Mapping[str, Any], seconds: float, ok: bool, desired: object = None
+    ) -> None:
+        """One pass: its result and time, the replicas the spec asks for, and the figures it
+        wrote to the status."""
+        PASSES.labels(*self.labels, "ok" if ok else "error").inc()
+        PASS_SECONDS.labels(*self.labels).observe(seconds)
+        if isinstance(desired, int) and not isinstance(desired, bool):
+            DESIRED.labels(*self.labels).set(desired)
+        for gauge, key in (
+            (LAG, "lag"),
+            (TIME_LAG, "timeLagSeconds"),
+            (READY, "readyReplicas"),
+            (MAX_POLL_RECORDS, "maxPollRecords"),
+        ):
+            value = status.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                gauge.labels(*self.labels).set(value)
+
+    def scaled(self, before: int, after: int) -> None:
+        SCALES.labels(*self.labels, "up" if after > before else "down").inc()
+        DESIRED.labels(*self.labels).set(after)
+
+    def lag_unreadable(self) -> None:
+        LAG_FAILURES.labels(*self.labels).inc()
+
+    def tuned(self) -> None:
+        TUNINGS.labels(*self.labels).inc()
+
+    def close(self) -> None:
+        for family in FAMILIES:
+            for extra in _CHILDREN.get(family, ((),)):
+                with contextlib.suppress(KeyError):
+                    family.remove(*self.labels, *extra)
+
+
+def of(memo: Any) -> Series | None:
+    """The group's series if its pass made them (a pass run without ``series``: none)."""
+    found = memo.get("metrics")
+    return found if isinstance(found, Series) else None
+
+
+def series(memo: Any, namespace: str, name: str, group: str) -> Series:
+    """The group's series, kept in its memo (made at its first pass, or when its group id
+    changes: the old ones are removed)."""
+    found = memo.get("metrics")
+    if found is None or found.labels != (namespace, name, group):
+        if found is not None:
+            found.close()
+        found = memo["metrics"] = Series(namespace, name, group)
+    return found  # type: ignore[no-any-return]
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """``host:port`` (``[::]:8081`` for IPv6) or ``off``; ValueError names what is wrong."""
+    if text == "off":
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not host:port (or off)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def serve(address: tuple[str, int]) -> None:
+    """``/metrics`` in a daemon thread; OSError if the address cannot be bound."""
+    host, port = address
+    start_http_server(port, host, registry=REGISTRY)

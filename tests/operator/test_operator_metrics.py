@@ -1,0 +1,162 @@
+"""The operator's own metrics: every family a dashboard reads has a series from a group's first
+pass (counters at 0), the figures of a pass follow its status, decisions are counted, a gone
+group's series go, the exposition passes ``promtool check metrics``, and a bad
+``--metrics-address`` stops the operator with a message naming the flag."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from kafleet_operator import metrics, observer
+from tests.infra import prometheus
+
+
+def _sample(name: str, **labels: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value(name, labels)
+
+
+GROUP = {"namespace": "shop", "consumergroup": "billing", "group": "billing-v2"}
+
+
+@pytest.fixture
+def series() -> Any:
+    memo: dict[str, Any] = {}
+    made = metrics.series(memo, "shop", "billing", "billing-v2")
+    yield made
+    made.close()
+
+
+def test_a_groups_first_pass_gives_every_family_a_series_counters_at_zero(series: Any) -> None:
+    assert _sample("kafleet_operator_passes_total", **GROUP, result="ok") == 0
+    assert _sample("kafleet_operator_passes_total", **GROUP, result="error") == 0
+    assert _sample("kafleet_operator_scale_events_total", **GROUP, direction="up") == 0
+    assert _sample("kafleet_operator_scale_events_total", **GROUP, direction="down") == 0
+    assert _sample("kafleet_operator_lag_read_failures_total", **GROUP) == 0
+    assert _sample("kafleet_operator_tuning_changes_total", **GROUP) == 0
+    text = generate_latest(metrics.REGISTRY).decode()
+    for family in metrics.FAMILIES:
+        assert f"{family._name}" in text
+        assert any(
+            line.startswith(family._name) and 'consumergroup="billing"' in line
+            for line in text.splitlines()
+        ), family
+
+
+def test_a_pass_sets_the_figures_its_status_shows(series: Any) -> None:
+    status = {"lag": 1234, "timeLagSeconds": 7.5, "readyReplicas": 3, "maxPollRecords": 200}
+    series.passed(status, 0.12, True, desired=4)
+    assert _sample("kafleet_operator_lag_records", **GROUP) == 1234
+    assert _sample("kafleet_operator_time_lag_seconds", **GROUP) == 7.5
+    assert _sample("kafleet_operator_replicas_ready", **GROUP) == 3
+    assert _sample("kafleet_operator_replicas_desired", **GROUP) == 4
+    assert _sample("kafleet_operator_max_poll_records", **GROUP) == 200
+    assert _sample("kafleet_operator_passes_total", **GROUP, result="ok") == 1
+    assert _sample("kafleet_operator_pass_duration_seconds_count", **GROUP) == 1
+
+
+def test_decisions_and_failures_are_counted(series: Any) -> None:
+    series.scaled(1, 5)
+    series.scaled(5, 2)
+    series.lag_unreadable()
+    series.tuned()
+    assert _sample("kafleet_operator_scale_events_total", **GROUP, direction="up") == 1
+    assert _sample("kafleet_operator_scale_events_total", **GROUP, direction="down") == 1
+    assert _sample("kafleet_operator_replicas_desired", **GROUP) == 2
+    assert _sample("kafleet_operator_lag_read_failures_total", **GROUP) == 1
+    assert _sample("kafleet_operator_tuning_changes_total", **GROUP) == 1
+
+
+def test_a_pass_that_raises_counts_as_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: Any) -> None:
+        raise RuntimeError("the apiserver is down")
+
+    monkeypatch.setattr(observer, "observe", broken)
+    memo: dict[str, Any] = {}
+    body = {"metadata": {"namespace": "shop", "name": "billing"}, "spec": {"group_id": "g1"}}
+    with pytest.raises(RuntimeError):
+        observer.observe_group(body, memo)
+    labels = {"namespace": "shop", "consumergroup": "billing", "group": "g1"}
+    assert _sample("kafleet_operator_passes_total", **labels, result="error") == 1
+    memo["metrics"].close()
+
+
+def test_a_gone_group_leaves_no_series() -> None:
+    memo: dict[str, Any] = {}
+    metrics.series(memo, "shop", "gone", "g").passed({"lag": 5}, 0.1, True)
+    memo["metrics"].close()
+    text = generate_latest(metrics.REGISTRY).decode()
+    assert 'consumergroup="gone"' not in text
+
+
+def test_a_new_group_id_replaces_the_groups_series() -> None:
+    memo: dict[str, Any] = {}
+    metrics.series(memo, "shop", "renamed", "old-id")
+    metrics.series(memo, "shop", "renamed", "new-id")
+    text = generate_latest(metrics.REGISTRY).decode()
+    assert 'group="old-id"' not in text
+    assert 'group="new-id"' in text
+    memo["metrics"].close()
+
+
+def test_the_exposition_passes_promtool(series: Any) -> None:
+    series.passed({"lag": 3}, 0.05, True, desired=1)
+    done = subprocess.run(
+        [prometheus.promtool(), "check", "metrics"],
+        input=generate_latest(metrics.REGISTRY),
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("0.0.0.0:8081", ("0.0.0.0", 8081)),
+        ("[::]:9000", ("::", 9000)),
+        (":8081", ("0.0.0.0", 8081)),
+        ("off", None),
+    ],
+)
+def test_metrics_addresses_are_read(text: str, parsed: tuple[str, int] | None) -> None:
+    assert metrics.parse_address(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["8081", "localhost:http", "host:0", "host:70000", ""])
+def test_a_bad_metrics_address_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="host:port"):
+        metrics.parse_address(text)
+
+
+def _operator(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kafleet", "operator", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_operator_refuses_a_bad_metrics_address_naming_the_flag() -> None:
+    done = _operator("--metrics-address", "nowhere")
+    assert done.returncode == 2, done.stderr
+    assert "--metrics-address nowhere" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_operator_stops_when_its_metrics_port_is_taken() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _operator("--metrics-address", f"127.0.0.1:{port}")
+    assert done.returncode == 2, done.stderr
+    assert f"--metrics-address 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
