@@ -116,7 +116,7 @@ spark-connect: delta-jars ## Run a local Spark Connect server with Delta on sc:/
 	$(VENV)/bin/kafleet spark-connect --port 15002 --jars $(DELTA_JARS)
 
 .PHONY: prometheus
-prometheus: venv ## Install Prometheus from Debian's packages if it is missing (needs root).
+prometheus: venv ## Install Prometheus from Debian's packages if missing (root), and build one with Kubernetes discovery from its Go module (once).
 	@$(PY) -m tests.infra.prometheus install >/dev/null
 
 .PHONY: k8s-tools

@@ -1,11 +1,17 @@
-"""A real Prometheus for the tests: Debian's ``prometheus`` package, scraping what a test names.
+"""A real Prometheus for the tests: Debian's ``prometheus`` package, scraping what a test names,
+and the same Prometheus built from its Go module for discovering pods through the apiserver.
 
-Owns: installing the package when it is missing (``apt-get``, as CI runs as root), starting a
-server with a scrape configuration of the given targets on a free loopback port and its data
-under ``.cache/prometheus/``, waiting until it is ready, PromQL queries through its HTTP API,
-and stopping it by its pid. Does not own what it scrapes.
+Owns: installing the package when it is missing (``apt-get``, as CI runs as root); building
+``prometheus`` with Kubernetes service discovery (``k8s_sd_binary``): Debian builds its package
+without it (``kubernetes_sd_configs`` is "field not found" there), so it is built from the Go
+module proxy at a pinned version with Prometheus' own build tags keeping only that discovery
+(``remove_all_sd,enable_kubernetes_sd``: minutes, not the quarter hour of every plugin), into
+``.cache/prometheus/<version>/``; starting a server with a scrape configuration (static
+targets, or scrape configs given whole) on a free loopback port and its data under
+``.cache/prometheus/``, waiting until it is ready, PromQL queries through its HTTP API, and
+stopping it by its pid. Does not own what it scrapes.
 
-    python -m tests.infra.prometheus install   # what `make test` runs first
+    python -m tests.infra.prometheus install   # what `make test` runs first (both binaries)
 """
 
 from __future__ import annotations
@@ -21,11 +27,15 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.infra import processes
 from tests.infra.kafka import LOOPBACK, REPO_ROOT, TestbedError, free_port
 
 CACHE = REPO_ROOT / ".cache" / "prometheus"
+# Prometheus 3.16.0 as a Go module (Prometheus 3 tags its module v0.3xx.y).
+K8S_SD_VERSION = "v0.316.0"
+K8S_SD_TAGS = "remove_all_sd,enable_kubernetes_sd"
 
 
 def binary() -> str:
@@ -65,6 +75,31 @@ def promtool() -> str:
     return found
 
 
+def k8s_sd_binary(log: bool = True) -> str:
+    """Prometheus with Kubernetes service discovery, built once from the Go module proxy."""
+    from tests.infra import k8s_build
+
+    folder = CACHE / K8S_SD_VERSION
+    built = folder / "prometheus"
+    if built.exists():
+        return str(built)
+    env = {**k8s_build.go_env(), "GOBIN": str(folder / "partial")}
+    started = time.monotonic()
+    if log:
+        print(f"building prometheus {K8S_SD_VERSION} with Kubernetes discovery", file=sys.stderr)
+    done = subprocess.run(
+        ["go", "install", "-trimpath", "-ldflags=-s -w", f"-tags={K8S_SD_TAGS}",
+         f"github.com/prometheus/prometheus/cmd/prometheus@{K8S_SD_VERSION}"],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise TestbedError(f"building prometheus failed:\n{done.stderr[-3000:]}")
+    (folder / "partial" / "prometheus").rename(built)
+    if log:
+        print(f"built in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return str(built)
+
+
 @dataclass
 class Prometheus:
     workdir: Path
@@ -75,15 +110,25 @@ class Prometheus:
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
-    def start(self, targets: list[str], timeout: float = 60.0) -> None:
+    def start(
+        self,
+        targets: list[str],
+        timeout: float = 60.0,
+        scrape_configs: list[dict[str, Any]] | None = None,
+        program: str | None = None,
+    ) -> None:
+        """Scrape ``targets`` every second, or ``scrape_configs`` as given, with ``program``
+        (default: Debian's)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
+        static = [{"job_name": "kafleet", "static_configs": [{"targets": targets}]}]
         config.write_text(json.dumps({  # JSON is YAML too
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "kafleet", "static_configs": [{"targets": targets}]}],
+            "scrape_configs": scrape_configs or static,
         }))  # fmt: skip
         self.pid = processes.spawn(
-            [binary(), f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
+            [program or binary(), f"--config.file={config}",
+             f"--storage.tsdb.path={self.workdir / 'data'}",
              f"--web.listen-address={LOOPBACK}:{self.port}", "--log.level=warn"],
             self.workdir / "prometheus.log",
         )  # fmt: skip
@@ -111,15 +156,27 @@ class Prometheus:
         result: list[dict[str, object]] = body["data"]["result"]
         return result
 
+    def targets(self) -> list[dict[str, Any]]:
+        """The active targets: their labels (after relabelling), ``health`` and last error."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=10) as response:
+            body = json.loads(response.read())
+        found: list[dict[str, Any]] = body["data"]["activeTargets"]
+        return found
+
     def stop(self) -> None:
         processes.stop(self.pid, timeout=10)
         self.pid = None
 
 
-def start_prometheus(workdir: Path, targets: list[str]) -> Prometheus:
+def start_prometheus(
+    workdir: Path,
+    targets: list[str],
+    scrape_configs: list[dict[str, Any]] | None = None,
+    program: str | None = None,
+) -> Prometheus:
     shutil.rmtree(workdir, ignore_errors=True)
     server = Prometheus(workdir, free_port())
-    server.start(targets)
+    server.start(targets, scrape_configs=scrape_configs, program=program)
     return server
 
 
@@ -129,6 +186,7 @@ if __name__ == "__main__":
         sys.exit(2)
     try:
         print(binary())
+        print(k8s_sd_binary())
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

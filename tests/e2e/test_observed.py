@@ -1,0 +1,183 @@
+"""The fleet observed by a real Prometheus that finds its pods through the real apiserver, as a
+cluster's Prometheus does: ``kubernetes_sd_configs`` of the pod role and the usual
+``prometheus.io/*`` annotations (the operator's pod and every worker's carry them). A PromQL
+query of a group's lag equals the ConsumerGroup's ``status.lag``, and every family the workers'
+sidecars and the operator export has series (a family with no data is a panel with none).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from kafleet.metrics import METRICS
+from kafleet_operator import metrics as operator_metrics
+from tests.e2e.conftest import Release
+from tests.e2e.fleet import Cluster, apply, consumer_group, lag, wait_pods_ready
+from tests.e2e.load import produce, topics, worker_env
+from tests.infra import prometheus
+from tests.infra.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(900)
+
+PARTITIONS = 4
+# Sidecar families that have series only with a sink (Spark): this group has none.
+SINK_ONLY = {"partition_held_records"} | {n for n, *_ in METRICS if n.startswith("sink_")}
+
+
+def scrape_configs(kubeconfig: Path, namespaces: list[str]) -> list[dict[str, Any]]:
+    """Pods found through the apiserver, kept when annotated ``prometheus.io/scrape``, scraped
+    at their annotated port and path, labelled with their namespace, pod and ConsumerGroup."""
+    meta = "__meta_kubernetes_pod_"
+    return [
+        {
+            "job_name": "kubernetes-pods",
+            "scrape_interval": "2s",
+            # The operator's series name the group's namespace themselves: keep theirs.
+            "honor_labels": True,
+            "kubernetes_sd_configs": [
+                {
+                    "role": "pod",
+                    "kubeconfig_file": str(kubeconfig),
+                    "namespaces": {"names": namespaces},
+                }
+            ],
+            "relabel_configs": [
+                {
+                    "source_labels": [f"{meta}annotation_prometheus_io_scrape"],
+                    "action": "keep",
+                    "regex": "true",
+                },
+                {
+                    "source_labels": ["__address__", f"{meta}annotation_prometheus_io_port"],
+                    "regex": r"([^:]+)(?::\d+)?;(\d+)",
+                    "replacement": "$1:$2",
+                    "target_label": "__address__",
+                },
+                {
+                    "source_labels": [f"{meta}annotation_prometheus_io_path"],
+                    "regex": "(.+)",
+                    "target_label": "__metrics_path__",
+                },
+                {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                {"source_labels": [f"{meta}name"], "target_label": "pod"},
+                {
+                    "source_labels": [f"{meta}label_app_kubernetes_io_instance"],
+                    "target_label": "consumergroup",
+                },
+            ],
+        }
+    ]
+
+
+@pytest.fixture
+def cluster_prometheus(
+    fleet_cluster: Cluster, operator: Release, tmp_path: Path
+) -> Iterator[prometheus.Prometheus]:
+    namespaces = [operator.watched, operator.namespace]
+    server = prometheus.start_prometheus(
+        tmp_path / "prometheus",
+        [],
+        scrape_configs=scrape_configs(fleet_cluster.kubeconfig, namespaces),
+        program=prometheus.k8s_sd_binary(),
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _value(server: prometheus.Prometheus, expr: str) -> float | None:
+    found = server.query(expr)
+    if len(found) != 1:
+        return None
+    sample: Any = found[0]["value"]
+    return float(sample[1])
+
+
+def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_status_shows(
+    fleet_cluster: Cluster,
+    operator: Release,
+    admin: AdminClient,
+    kafka: str,
+    pod_kafka: str,
+    cluster_prometheus: prometheus.Prometheus,
+) -> None:
+    ns, name = operator.watched, "observed"
+    topic, receipts = topics(admin, f"load-{name}-{time.time_ns()}", PARTITIONS)
+    produce(kafka, topic, PARTITIONS, 40, work_s=0)
+    group = consumer_group(
+        name,
+        fleet_cluster.images.examples,
+        pod_kafka,
+        topic,
+        handler="load:work",
+        replicas=2,
+        concurrency=2,
+        processing_timeout_s=3600,
+        shutdown_grace_s=5,
+        drain_timeout_s=5,
+        tuning={"enabled": False},
+        pod_template={
+            **fleet_cluster.placement,
+            "worker": {"env": worker_env(pod_kafka, receipts)},
+        },
+    )
+    apply(fleet_cluster, ns, group)
+    wait_pods_ready(fleet_cluster, ns, name, 2)
+    wait_until(lambda: lag(kafka, name, topic, PARTITIONS) == 0, 120, "the first records done")
+    # Then a lag that holds still: in each partition, a record whose handler takes an hour,
+    # and 25 behind it (ordered by partition, they wait).
+    for first in range(PARTITIONS):
+        produce(kafka, topic, PARTITIONS, 1, first=40 + first, work_s=3600)
+    produce(kafka, topic, PARTITIONS, 25 * PARTITIONS, first=1000)
+    expected = 26 * PARTITIONS
+
+    def status_lag() -> Any:
+        return fleet_cluster.json("get", "kcg", "-n", ns, name).get("status", {}).get("lag")
+
+    wait_until(lambda: status_lag() == expected, 90, f"status.lag {expected}", every=1)
+    queries = {
+        "the workers' lag": f'sum(kafleet_lag_records{{group="{name}"}})',
+        "the partitions' lag": f'sum(kafleet_partition_lag_records{{consumergroup="{name}"}})',
+        "the operator's lag": (
+            f'kafleet_operator_lag_records{{namespace="{ns}",consumergroup="{name}"}}'
+        ),
+    }
+    for what, expr in queries.items():
+        wait_until(
+            lambda expr=expr: _value(cluster_prometheus, expr) == expected,  # type: ignore[misc]
+            60,
+            f"{what} in Prometheus ({expr}) to equal status.lag {expected}",
+            every=1,
+        )
+    assert status_lag() == expected
+
+    # Every family has series: the sidecars' (but the sink's: this group has none) and the
+    # operator's.
+    families = {f"kafleet_{n}" for n, *_ in METRICS if n not in SINK_ONLY}
+    exported = {
+        str(s["metric"]["__name__"])  # type: ignore[index]
+        for s in cluster_prometheus.query('{__name__=~"kafleet_.+"}')
+    }
+    worker_missing = {
+        f for f in families if not any(e == f or e.startswith(f + "_") for e in exported)
+    }
+    assert not worker_missing, f"no series in Prometheus for {sorted(worker_missing)}"
+    operator_families = {e for e in exported if e.startswith("kafleet_operator_")}
+    operator_missing = {
+        f._name
+        for f in operator_metrics.FAMILIES
+        if not any(e.startswith(f._name) for e in operator_families)
+    }
+    assert not operator_missing, f"no series in Prometheus for {sorted(operator_missing)}"
+    targets = cluster_prometheus.targets()
+    pods_scraped = {t["labels"].get("pod") for t in targets if t["health"] == "up"}
+    assert len(pods_scraped) >= 3, f"scraped {pods_scraped}: 2 workers and the operator"
+    print(f"\nobserved: {len(exported)} kafleet families, {len(operator_families)} operator's")
+    fleet_cluster.kubectl("delete", "kcg", "-n", ns, name, "--wait=false")
