@@ -26,8 +26,8 @@ pytestmark = pytest.mark.timeout(1200)
 
 PARTITIONS = 12
 WORK_S = 0.1  # a record's work: one replica of 4 threads handles 40 records a second
-BACKLOG = 12_000  # 5 minutes of work for one replica
-LAG_PER_REPLICA = 200  # the backlog asks for 60 replicas: more than the partitions
+BACKLOG = 9_000  # about 4 minutes of work for one replica
+LAG_PER_REPLICA = 200  # the backlog asks for 45 replicas: more than the partitions
 CONCURRENCY = 4
 DOWN_WINDOW_S = 30
 
