@@ -90,7 +90,7 @@ test: lint jars delta-jars k8s-tools prometheus node-tools images ## Set everyth
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
-bench: venv jars delta-jars ## Run the benchmarks side by side and print their tables.
+bench: venv jars delta-jars k8s-tools node-tools images ## Run the benchmarks side by side and print their tables (B8 on the real node).
 	$(PY) -m bench
 
 ##@ Test bed (everything it fetches or starts lives in .cache/)
