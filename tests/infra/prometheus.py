@@ -95,6 +95,7 @@ def k8s_sd_binary(log: bool = True) -> str:
     if done.returncode != 0:
         raise TestbedError(f"building prometheus failed:\n{done.stderr[-3000:]}")
     (folder / "partial" / "prometheus").rename(built)
+    (folder / "partial").rmdir()
     if log:
         print(f"built in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return str(built)
