@@ -35,7 +35,7 @@ def main() -> int:
         f" machine: {machine()}\n"
     )
     try:
-        ctx = Context(bootstrap=broker.bootstrap, quick=args.quick)
+        ctx = Context(broker.bootstrap, args.quick, broker.pods_bootstrap)
         for name in chosen:
             table = importlib.import_module(f"bench.{name}").run(ctx)
             print(table.render())

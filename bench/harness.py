@@ -33,6 +33,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 class Context:
     bootstrap: str
     quick: bool = False  # smaller workloads, for checking that a benchmark runs at all
+    pods_bootstrap: str = ""  # the broker's listener for pods (B8's workers on the real node)
 
     def scale(self, full: int, quick: int) -> int:
         return quick if self.quick else full
