@@ -1,13 +1,14 @@
 """B8's lag trace and its figures: pure functions, no I/O.
 
-Owns: the input rate at each moment (``Trace``: steady, a burst of ``burst_factor`` times that,
-then idle), and what one run's samples say (``summarise``): seconds from the burst's start to
-the first scale-up; seconds from the burst's start until the lag is back under the threshold
-after the burst ended; replica-seconds (the Deployment's pods, ready or not: what the cluster
-pays for) over the whole observed run; the maximum lag; scale events (each change of the
+Owns: the input rate at each moment (``Trace``: steady, a burst of ``burst_factor`` times that, then
+idle), and what one run's samples say (``summarise``): seconds from the burst's start to the first
+scale-up decided within the burst; seconds from the burst's end until the lag is back under the
+threshold (0: it never rose above it, or was back by then; counted from the end so the burst's fixed
+two minutes do not water down a ratio); replica-seconds (the Deployment's pods, ready or not: what
+the cluster pays for) over the whole observed run; the maximum lag; scale events (each change of the
 wished replicas); reversals (a scale in the other direction than the one before) and flaps (a
-scale-up after a scale-down: the fleet went back on a decision; a burst's one rise and one fall
-are neither).
+scale-up after a scale-down: the fleet went back on a decision; a burst's one rise and one fall are
+neither).
 
 Does not own running anything (``b8_autopilot.py``).
 """
@@ -90,12 +91,12 @@ def summarise(samples: Sequence[Sample], trace: Trace, threshold: int) -> Figure
         (
             b.t - trace.burst_start
             for a, b in itertools.pairwise(ordered)
-            if b.t >= trace.burst_start and b.wished > a.wished
+            if a.t >= trace.burst_start and b.wished > a.wished
         ),
         None,
     )
     drained = next(
-        (s.t - trace.burst_start for s in ordered if s.t >= trace.burst_end and s.lag < threshold),
+        (s.t - trace.burst_end for s in ordered if s.t >= trace.burst_end and s.lag < threshold),
         None,
     )
     seconds = sum(a.pods * (b.t - a.t) for a, b in itertools.pairwise(ordered))

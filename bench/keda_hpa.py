@@ -6,10 +6,11 @@ Each rule, and where it comes from:
 - **The metric** (KEDA ``pkg/scalers/kafka_scaler.go``, ``getTotalLag`` and
   ``getLagForPartition``, v2.21): a partition's lag is its log-end offset minus the group's
   committed offset; with no commit, ``offsetResetPolicy: latest`` counts 1 (0 with
-  ``scaleToZeroOnInvalidOffset``) and ``earliest`` counts the whole partition. The total is
-  capped at ``partitions * lagThreshold`` unless ``allowIdleConsumers`` (so the HPA never asks
-  for more replicas than partitions). It is exposed as an External metric with target type
-  ``AverageValue`` of ``lagThreshold`` (``GetMetricSpecForScaling``).
+  ``scaleToZeroOnInvalidOffset``) and ``earliest`` counts the whole partition. Unless
+  ``allowIdleConsumers``, the total becomes ``partitions * lagThreshold`` once ``total /
+  lagThreshold`` (integer division) exceeds the partitions, so the HPA asks for at most one replica
+  more than the partitions. No lag is clamped at 0. It is exposed as an External metric with target
+  type ``AverageValue`` of ``lagThreshold`` (``GetMetricSpecForScaling``).
 - **When Kafka is asked.** KEDA polls every ``pollingInterval`` (default 30 s). In v2.21 the
   HPA's own reads through the metrics adapter query the scaler when it is active with
   ``minReplicaCount`` >= 1 (``UsesHPAObservations`` in ``pkg/scaling/scale_handler.go``; seen
@@ -17,11 +18,12 @@ Each rule, and where it comes from:
   old: ``hpa_reads_kafka=True``, the default here, models that; ``False`` models the value
   cached at each poll.
 - **The HPA's algorithm** (kubernetes.io, "Horizontal Pod Autoscaling", "Algorithm details";
-  ``pkg/controller/podautoscaler/replica_calculator.go``, ``GetExternalPerPodMetricReplicas``):
-  for an AverageValue target, ``usage = metric / (target * current)``; within the tolerance
-  (10%, ``--horizontal-pod-autoscaler-tolerance``) nothing changes, else
-  ``desired = ceil(metric / target)``. It runs every ``--horizontal-pod-autoscaler-sync-period``
-  (15 s).
+  ``pkg/controller/podautoscaler/replica_calculator.go``, ``GetExternalPerPodMetricReplicas``): for
+  an AverageValue target, ``usage = metric / (target * status replicas)`` (the scale subresource's
+  ``.status.replicas``: for a ConsumerGroup, its ``status.replicas``); within the tolerance (10%,
+  ``--horizontal-pod-autoscaler-tolerance``) the status replicas stand, else ``desired = ceil(metric
+  / target)``; the scale-up limit counts from ``spec.replicas``. It runs every
+  ``--horizontal-pod-autoscaler-sync-period`` (15 s).
 - **Stabilisation and rate** (``pkg/controller/podautoscaler/horizontal.go``,
   ``normalizeDesiredReplicas``: the path of an HPA with no ``behavior``, which is what KEDA
   makes unless ``advanced.horizontalPodAutoscalerConfig.behavior`` is set): every
@@ -65,24 +67,27 @@ def partition_lag(end: int, committed: int | None, settings: Settings) -> int:
         if settings.offset_reset_latest:
             return 0 if settings.scale_to_zero_on_invalid_offset else 1
         return end
-    return max(0, end - committed)
+    return end - committed
 
 
 def metric(ends: Mapping[int, int], committed: Mapping[int, int | None], settings: Settings) -> int:
-    """The External metric KEDA reports: the total lag, capped at partitions * lagThreshold."""
+    """The External metric KEDA reports: the total lag, set to partitions * lagThreshold when
+    ``total // lagThreshold`` (Go's integer division) exceeds the partitions; so a lag just
+    over ``partitions * lagThreshold`` is not capped, and the HPA may ask for one replica more
+    than the partitions (``max_replicas`` is the real bound)."""
     total = sum(partition_lag(end, committed.get(p), settings) for p, end in ends.items())
-    if not settings.allow_idle_consumers:
-        total = min(total, len(ends) * settings.lag_threshold)
+    if not settings.allow_idle_consumers and total // settings.lag_threshold > len(ends):
+        total = len(ends) * settings.lag_threshold
     return total
 
 
-def desired(metric_value: int, current: int, settings: Settings) -> int:
+def desired(metric_value: int, status_replicas: int, settings: Settings) -> int:
     """The HPA's raw recommendation for an AverageValue target, before behaviour."""
-    if current == 0:
+    if status_replicas == 0:
         return math.ceil(metric_value / settings.lag_threshold)
-    usage = metric_value / (settings.lag_threshold * current)
+    usage = metric_value / (settings.lag_threshold * status_replicas)
     if abs(usage - 1.0) <= settings.tolerance:
-        return current
+        return status_replicas
     return math.ceil(metric_value / settings.lag_threshold)
 
 
@@ -111,12 +116,16 @@ class KedaHpa:
             self.last_poll, self.polled = now, fresh
         return self.polled
 
-    def sync(self, now: float, fresh_metric: int, current: int) -> int | None:
-        """One HPA sync at ``now``, given the metric KEDA would read from Kafka now and the
-        Deployment's replicas: the replicas the HPA writes, or None when nothing changes."""
+    def sync(
+        self, now: float, fresh_metric: int, current: int, status_replicas: int | None = None
+    ) -> int | None:
+        """One HPA sync at ``now``, given the metric KEDA would read from Kafka now, the scale
+        subresource's ``spec.replicas`` (``current``) and ``status.replicas`` (default: the
+        same): the replicas the HPA writes, or None when nothing changes."""
         s = self.settings
         self.last_sync = now
-        wish = desired(self._observed(now, fresh_metric), current, s)
+        status = current if status_replicas is None else status_replicas
+        wish = desired(self._observed(now, fresh_metric), status, s)
         self.recommendations = [
             (t, r) for t, r in self.recommendations if now - t <= s.down_window_s
         ]

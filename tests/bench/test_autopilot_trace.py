@@ -26,7 +26,7 @@ def test_a_run_up_then_down_has_no_reversal_beyond_its_one_fall_and_no_flap() ->
     )  # fmt: skip
     figures = summarise(samples, TRACE, threshold=100)
     assert figures.first_scale_up_s == 10
-    assert figures.drained_s == 140  # 200 s into the trace, the first sample under 100 after 180
+    assert figures.drained_s == 20  # 200 s in: the first sample under 100 after the burst (180)
     assert figures.max_lag == 1500
     assert figures.max_replicas == 10
     assert (figures.scale_events, figures.reversals, figures.flaps) == (4, 1, 0)
@@ -47,3 +47,8 @@ def test_a_run_that_never_scales_or_drains_says_so() -> None:
     figures = summarise(_run([(0, 1, 0), (200, 1, 5000)]), TRACE, threshold=100)
     assert figures.first_scale_up_s is None
     assert figures.drained_s is None
+
+
+def test_a_scale_up_that_may_have_come_before_the_burst_is_not_the_bursts() -> None:
+    samples = _run([(59.5, 1, 5), (60.5, 2, 5), (61.5, 2, 900), (66.5, 4, 900), (200, 4, 0)])
+    assert summarise(samples, TRACE, threshold=100).first_scale_up_s == 6.5

@@ -24,11 +24,21 @@ def test_the_metric_is_capped_at_partitions_times_the_threshold() -> None:
     assert metric(EIGHT, dict.fromkeys(range(8), 0), idle) == 10_000
 
 
-def test_within_the_tolerance_the_replicas_stay() -> None:
+def test_a_lag_just_over_the_cap_is_not_capped_as_go_divides_integers() -> None:
     settings = Settings(lag_threshold=100)
-    assert desired(1050, 10, settings) == 10  # 5% over target
-    assert desired(1200, 10, settings) == 12
-    assert desired(850, 10, settings) == 9
+    ends = dict.fromkeys(range(8), 100)
+    ends[0] = 150  # 850 in all: 850 // 100 == 8, not more than the 8 partitions
+    assert metric(ends, dict.fromkeys(range(8), 0), settings) == 850
+    assert desired(850, 1, settings) == 9
+
+
+def test_the_tolerance_is_judged_against_the_pods_the_status_counts() -> None:
+    hpa = KedaHpa(Settings(lag_threshold=100))
+    assert hpa.sync(0.0, 800, 8) is None
+    # spec.replicas 8, status.replicas 4: 420 is within 10% of the target for those 4 pods, so
+    # the HPA recommends the 4 (judged against spec's 8 it would have said ceil(4.2) = 5)
+    assert hpa.sync(15.0, 420, 8, status_replicas=4) is None  # 8 is still within the window
+    assert hpa.recommendations[-1] == (15.0, 4)
 
 
 def test_a_scale_up_at_most_doubles_or_reaches_four() -> None:
