@@ -1,9 +1,11 @@
 """The operator's own Prometheus metrics: what it saw of each ConsumerGroup and what it did.
 
 Owns: the families (``FAMILIES``, a registry of their own, so nothing else a library registers
-leaks into them), the series of one group (``Series``: made at its first pass with every
-child a dashboard or an alert reads, counters at 0, so a panel shows 0 rather than "No data";
-removed when the group is gone, through the memo's ``close``, which ``periodic.forget`` calls),
+leaks into them), the series of one group (``Series``: its counters made at its first pass,
+at 0, so a panel shows 0 rather than "No data"; its gauges once their value is known, the lag
+withdrawn while it cannot be read; removed when the group is gone, through the memo's
+``close``, which ``periodic.forget`` calls, unless a group made again under the same name owns
+them by then),
 and serving ``/metrics`` (``serve``). Each series carries ``namespace`` and ``consumergroup``
 (the ConsumerGroup) and ``group`` (its Kafka group id, the one label the workers' series
 carry), so panels join the two; a Prometheus that scrapes the operator's pod keeps them with
@@ -85,10 +87,19 @@ FAMILIES = (
     PASSES, PASS_SECONDS, LAG, TIME_LAG, LAG_FAILURES, DESIRED, READY, SCALES,
     MAX_POLL_RECORDS, TUNINGS,
 )  # fmt: skip
-_CHILDREN: dict[Any, tuple[tuple[str, ...], ...]] = {
+# Counted from a group's first pass, so "none yet" reads 0 rather than "No data". The gauges
+# have a series only once their value is known: a lag never read is absent, not 0, so an alert
+# on absent lag fires and one on high lag is not silenced by a made-up 0.
+_COUNTED: dict[Any, tuple[tuple[str, ...], ...]] = {
     PASSES: (("ok",), ("error",)),
+    PASS_SECONDS: ((),),
+    LAG_FAILURES: ((),),
     SCALES: (("up",), ("down",)),
+    TUNINGS: ((),),
 }
+# Whose series each label set is: a group deleted and made again under the same name has new
+# series before the old memo's close runs, and that close must leave them alone.
+_OWNERS: dict[tuple[str, ...], Series] = {}
 
 
 class Series:
@@ -96,8 +107,9 @@ class Series:
 
     def __init__(self, namespace: str, name: str, group: str) -> None:
         self.labels = (namespace, name, group)
-        for family in FAMILIES:
-            for extra in _CHILDREN.get(family, ((),)):
+        _OWNERS[self.labels] = self
+        for family, children in _COUNTED.items():
+            for extra in children:
                 family.labels(*self.labels, *extra)
 
     def passed(
@@ -124,14 +136,22 @@ class Series:
         DESIRED.labels(*self.labels).set(after)
 
     def lag_unreadable(self) -> None:
+        """A pass could not read the lag: counted, and the last lag read is withdrawn (a
+        stale figure would look current)."""
         LAG_FAILURES.labels(*self.labels).inc()
+        for gauge in (LAG, TIME_LAG):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*self.labels)
 
     def tuned(self) -> None:
         TUNINGS.labels(*self.labels).inc()
 
     def close(self) -> None:
+        if _OWNERS.get(self.labels) is not self:
+            return  # a newer group of the same name owns these series now
+        del _OWNERS[self.labels]
         for family in FAMILIES:
-            for extra in _CHILDREN.get(family, ((),)):
+            for extra in _COUNTED.get(family, ((),)):
                 with contextlib.suppress(KeyError):
                     family.remove(*self.labels, *extra)
 
