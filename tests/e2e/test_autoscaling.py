@@ -40,6 +40,7 @@ class Scaled:
     replicas: Replicas
     watch: PodWatch
     drained_after_s: float
+    top: set[str]  # the pods when the backlog was drained, before any scale-down
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,9 @@ def scaled(
     try:
         drained = lambda: lag(kafka, name, topic, PARTITIONS) == 0  # noqa: E731
         wait_until(drained, 600, "the backlog to drain", every=2)
-        yield Scaled(name, topic, receipts, replicas, watch, time.monotonic() - started)
+        took = time.monotonic() - started
+        top = {p["metadata"]["name"] for p in pods(fleet_cluster, ns, name)}
+        yield Scaled(name, topic, receipts, replicas, watch, took, top)
     finally:
         replicas.stop()
         watch.close()
@@ -110,9 +113,9 @@ def test_a_backlog_scales_the_fleet_up_to_the_partition_count_and_drains_with_no
 def test_once_drained_the_fleet_scales_down_and_the_removed_pods_drain_commit_and_exit_0(
     scaled: Scaled, fleet_cluster: Cluster, operator: Release, kafka: str
 ) -> None:
-    ns = operator.watched
     before = tally(kafka, scaled.topic, scaled.receipts, PARTITIONS).duplicates
-    top = {p["metadata"]["name"] for p in pods(fleet_cluster, ns, scaled.name)}
+    top = scaled.top
+    assert len(top) == PARTITIONS, f"{len(top)} pods when the backlog was drained: {sorted(top)}"
     # Input goes on while the fleet shrinks, so the removed pods have records in hand.
     trickle = Trickle(kafka, scaled.topic, PARTITIONS, per_s=20)
     try:

@@ -28,6 +28,9 @@ pytestmark = pytest.mark.timeout(900)
 PARTITIONS = 4
 # Sidecar families that have series only with a sink (Spark): this group has none.
 SINK_ONLY = {"partition_held_records"} | {n for n, *_ in METRICS if n.startswith("sink_")}
+# What a family's samples are named: gauges as the family, counters with _total, histograms
+# and summaries with _bucket, _count, _sum.
+SUFFIXES = ("", "_total", "_bucket", "_count", "_sum", "_info")
 
 
 def scrape_configs(kubeconfig: Path, namespaces: list[str]) -> list[dict[str, Any]]:
@@ -166,21 +169,22 @@ def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_s
         families.discard("kafleet_last_revoke_drain_seconds")
     exported = {
         str(s["metric"]["__name__"])  # type: ignore[index]
-        for s in cluster_prometheus.query('{__name__=~"kafleet_.+"}')
+        for s in cluster_prometheus.query(f'{{__name__=~"kafleet_.+",group="{name}"}}')
     }
-    worker_missing = {
-        f for f in families if not any(e == f or e.startswith(f + "_") for e in exported)
+
+    def missing(wanted: set[str]) -> list[str]:
+        return sorted(f for f in wanted if not exported & {f + s for s in SUFFIXES})
+
+    assert not missing(families), f"no series of group {name} for {missing(families)}"
+    operator_families = {f._name for f in operator_metrics.FAMILIES}
+    assert not missing(operator_families), f"no operator series for {missing(operator_families)}"
+    up = {
+        (t["labels"].get("namespace", ""), t["labels"].get("pod", ""))
+        for t in cluster_prometheus.targets()
+        if t["health"] == "up"
     }
-    assert not worker_missing, f"no series in Prometheus for {sorted(worker_missing)}"
-    operator_families = {e for e in exported if e.startswith("kafleet_operator_")}
-    operator_missing = {
-        f._name
-        for f in operator_metrics.FAMILIES
-        if not any(e.startswith(f._name) for e in operator_families)
-    }
-    assert not operator_missing, f"no series in Prometheus for {sorted(operator_missing)}"
-    targets = cluster_prometheus.targets()
-    pods_scraped = {t["labels"].get("pod") for t in targets if t["health"] == "up"}
-    assert len(pods_scraped) >= 3, f"scraped {pods_scraped}: 2 workers and the operator"
+    workers = {pod for n, pod in up if n == ns and pod.startswith(f"{name}-")}
+    assert len(workers) == 2, f"scraped {sorted(up)}: want both of {name}'s workers"
+    assert any(n == operator.namespace for n, _ in up), f"no operator pod in {sorted(up)}"
     print(f"\nobserved: {len(exported)} kafleet families, {len(operator_families)} operator's")
     fleet_cluster.kubectl("delete", "kcg", "-n", ns, name, "--wait=false")
