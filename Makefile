@@ -11,6 +11,9 @@ PYTHON ?= python3
 VENV ?= .venv
 # Extra arguments for pytest.
 PYTEST_ARGS ?=
+# How many set-up steps `make test` and `make bench` run side by side (the Go builds use the
+# cores while the downloads and the image builds wait on the network and the disk).
+SETUP_JOBS ?= 4
 # kafleet's version, from consumer/kafleet/__init__.py: the images' tag and version label.
 VERSION ?= $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' consumer/kafleet/__init__.py)
 # The images that `make image` builds: the default target, and `--target spark`.
@@ -86,12 +89,17 @@ image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Sp
 ##@ Test
 
 .PHONY: test
-test: lint jars delta-jars k8s-tools prometheus node-tools images ## Set everything up, lint, and run every test against the real test bed.
+test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run every test against the real test bed.
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=line testbed prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
-bench: venv jars delta-jars k8s-tools node-tools images ## Run the benchmarks side by side and print their tables (B8 on the real node).
+bench: venv ## Set up the test bed (side by side) and run the benchmarks, printing their tables (B8 on the real node).
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=line testbed
 	$(PY) -m bench
+
+.PHONY: testbed
+testbed: jars delta-jars k8s-tools node-tools images ## Fetch and build everything the tests and benchmarks run on (make -j runs it side by side).
 
 ##@ Test bed (everything it fetches or starts lives in .cache/)
 
@@ -135,8 +143,12 @@ k8s-up: k8s-tools ## Start a development control plane (reused if running); prin
 k8s-down: venv ## Stop the development control plane.
 	$(K8S) down
 
+.PHONY: node-packages
+node-packages: venv ## Install containerd, runc, CNI plugins, buildah, mmdebstrap, iptables from Debian's packages if missing (root).
+	@$(NODE) packages
+
 .PHONY: node-tools
-node-tools: k8s-tools ## Install containerd, runc, CNI plugins, buildah, mmdebstrap, iptables (Debian, needs root); build the pause image (once).
+node-tools: k8s-tools node-packages ## The node's packages, and build the pause image (once).
 	@$(NODE) tools >/dev/null
 
 .PHONY: node-up
@@ -148,7 +160,7 @@ node-down: venv ## Stop the development real node (and undo what it changed on t
 	$(NODE) down
 
 .PHONY: images
-images: venv ## Build the real node's images with mmdebstrap and buildah (root; once per code change); prints the tarballs.
+images: venv node-packages ## Build the real node's images with mmdebstrap and buildah (root; once per code change); prints the tarballs.
 	$(PY) -m tests.infra.images build
 
 ##@ On a cluster of your own (needs Docker; cannot run on the test bed's machines)

@@ -19,7 +19,8 @@ One node per machine: port 10250, ``rn0`` and 10.244.0.0/24 are fixed.
     python -m tests.infra.node up      # start (or reuse) a node on the development control plane
     python -m tests.infra.node down    # stop it
     python -m tests.infra.node status  # exit 1 if it is not running
-    python -m tests.infra.node tools   # install the packages, build kubelet and the pause image
+    python -m tests.infra.node packages  # install the Debian packages the node needs (root)
+    python -m tests.infra.node tools   # the packages, then build kubelet and the pause image
 """
 
 from __future__ import annotations
@@ -308,13 +309,16 @@ def start_node(
 
 def main(argv: list[str] | None = None) -> int:
     command = (argv or sys.argv[1:] or ["status"])[0]
-    if command not in ("up", "down", "status", "tools"):
+    if command not in ("up", "down", "status", "packages", "tools"):
         print(
-            f"usage: python -m tests.infra.node up|down|status|tools (not {command!r})",
+            f"usage: python -m tests.infra.node up|down|status|packages|tools (not {command!r})",
             file=sys.stderr,
         )
         return 2
     try:
+        if command == "packages":
+            node_host.install_packages()
+            return 0
         if command == "tools":
             node_host.install_packages()
             k8s_build.build()

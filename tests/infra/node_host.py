@@ -16,14 +16,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-from tests.infra import node_cgroups, processes
+from tests.infra import apt, node_cgroups, processes
 from tests.infra.kafka import POD_GATEWAY, TestbedError
 from tests.infra.node_runtime import BRIDGE, CGROUP_ROOT, KUBELET_PORT, MACHINE_LOCK
 
@@ -53,22 +52,7 @@ def install_packages() -> None:
     missing = missing_packages()
     if not missing:
         return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise TestbedError(
-            f"the real node needs Debian's {', '.join(missing)}, which cannot be installed "
-            f"here (needs root and apt-get): apt-get install --no-install-recommends "
-            f"{' '.join(PACKAGES)}"
-        )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-    ):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise TestbedError(
-                f"{' '.join(cmd)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
-            )
+    apt.install(list(PACKAGES), "the real node")
     still = missing_packages()
     if still:
         raise TestbedError(f"apt-get installed {', '.join(PACKAGES)}, yet {still} are missing")

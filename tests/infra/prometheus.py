@@ -17,7 +17,6 @@ stopping it by its pid. Does not own what it scrapes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.infra import processes
+from tests.infra import apt, processes
 from tests.infra.kafka import LOOPBACK, REPO_ROOT, TestbedError, free_port
 
 CACHE = REPO_ROOT / ".cache" / "prometheus"
@@ -43,21 +42,7 @@ def binary() -> str:
     found = shutil.which("prometheus")
     if found:
         return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise TestbedError(
-            "'prometheus' was not found on PATH and cannot be installed here (needs root and "
-            "apt-get): install Debian's package with `apt-get install prometheus`"
-        )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
-    ):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise TestbedError(
-                f"{' '.join(cmd)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
-            )
+    apt.install(["prometheus"], "the test bed's Prometheus ('prometheus' is not on PATH)")
     found = shutil.which("prometheus")
     if found is None:
         raise TestbedError("apt-get installed prometheus, yet it is not on PATH")
