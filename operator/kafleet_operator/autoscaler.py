@@ -148,7 +148,8 @@ def observe_lag(
         if policy.exclude_persistent_lag:
             lag = scaling.driving_lag(reading.lag, _persistent(namespace, name))
         input_rate, per_replica = offsets.rates(now)
-        rates = scaling.Rates(input_rate or 0.0, per_replica)
+        capacity = offsets.capacity(now, policy.lag_per_replica)
+        rates = scaling.Rates(input_rate or 0.0, per_replica, capacity)
         wish = scaling.wanted(lag, reading.partitions, policy, time_lag, replicas, rates)
         memo["wishes"].add(now, wish)
         decision = scaling.decide(

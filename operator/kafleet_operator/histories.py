@@ -129,8 +129,25 @@ class Offsets:
             for s in self.samples
             if s.per_replica is not None and now - s.at <= CAPACITY_WINDOW_S
         )
-        if not measured:
-            return input_rate, None
-        return input_rate, measured[
-            min(len(measured) - 1, int(CAPACITY_PERCENTILE * len(measured)))
-        ]
+        return input_rate, _percentile(measured)
+
+    def capacity(self, now: float, busy_lag_per_replica: int) -> float | None:
+        """What one ready replica can commit, records a second: the same percentile as
+        ``rates``, but only of samples taken while the fleet had work waiting (a lag of at
+        least ``busy_lag_per_replica`` per ready replica). An idle fleet's commit rate is its
+        input shared out, not what it could do. None until the fleet has been busy within
+        ``CAPACITY_WINDOW_S``."""
+        busy = sorted(
+            s.per_replica
+            for s in self.samples
+            if s.per_replica is not None
+            and now - s.at <= CAPACITY_WINDOW_S
+            and s.end - s.committed >= busy_lag_per_replica * max(s.ready, 1)
+        )
+        return _percentile(busy)
+
+
+def _percentile(ordered: list[float]) -> float | None:
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, int(CAPACITY_PERCENTILE * len(ordered)))]

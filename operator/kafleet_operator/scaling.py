@@ -1,13 +1,15 @@
 """How many replicas a group should run, from its lag: pure policy, no I/O.
 
-Owns the wish (``wanted``): ``ceil(lag / lag_per_replica)``; over the time-lag target, what
-the measured rates need (the input rate plus the backlog to clear within the target, over
-the rate one ready replica commits; one more than now while no rate is measured yet);
-clamped to ``[min_replicas, min(max_replicas, partitions)]`` (a replica beyond the partition
-count would sit idle), snapped to a divisor of the partition count with ``even_partitions``
-(``even``, as KEDA snaps: up), and zero below the activation threshold when the group may
-scale to zero. The lag that drives it (``driving_lag``: without the partitions the sidecars
-judge stuck, with ``exclude_persistent_lag``).
+Owns the wish (``wanted``): ``ceil(lag / lag_per_replica)``, and never fewer than the input
+needs (``keeping_up``: the input rate over a busy replica's commit rate, once both are
+measured; KEDA's lag-only wish shrinks a fleet that keeps up and flaps it); over the time-lag
+target, what the measured rates need (the input rate plus the backlog to clear within the
+target, over the rate one ready replica commits; one more than now while no rate is measured
+yet); clamped to ``[min_replicas, min(max_replicas, partitions)]`` (a replica beyond the
+partition count would sit idle), snapped to a divisor of the partition count with
+``even_partitions`` (``even``, as KEDA snaps: up), and zero below the activation threshold when
+the group may scale to zero. The lag that drives it (``driving_lag``: without the partitions
+the sidecars judge stuck, with ``exclude_persistent_lag``).
 
 Owns the decision (``decide``), stabilised like the HPA's behaviour: a scale up follows the
 lowest wish of its (short) window, at most ``scale_up_max_pods`` or ``scale_up_max_percent``
@@ -35,6 +37,7 @@ TP = tuple[str, int]
 # STALL (no commit in a 10 s window): handlers slower than that, kafleet's very use, make every
 # busy partition STALL, and excluding them would keep an overloaded fleet from scaling up.
 PERSISTENT = ("STOP",)
+HEADROOM = 1.1  # replicas for the input: 10% over it, as the HPA's tolerance
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class Rates:
 
     input_per_s: float  # into the group's partitions
     per_replica_per_s: float | None  # committed by one ready replica (None: not measured)
+    capacity_per_s: float | None = None  # the same, measured while busy (None: never busy)
 
 
 def driving_lag(lag: Mapping[TP, int], statuses: Mapping[str, str]) -> int:
@@ -80,6 +84,16 @@ def _for_time_lag(lag: int, target_s: float, current: int, rates: Rates | None) 
     return math.ceil(needed / rates.per_replica_per_s)
 
 
+def keeping_up(rates: Rates | None) -> int:
+    """The replicas the input needs, with ``HEADROOM``: the input rate over what one replica
+    commits when busy; 0 while either is unknown. A floor under the lag's wish: a steady input
+    that a fleet keeps up with leaves little lag (only what its queues hold), and a wish from
+    that lag alone would scale the fleet down until the lag grew back, and then up again."""
+    if rates is None or not rates.capacity_per_s or rates.input_per_s <= 0:
+        return 0
+    return math.ceil(rates.input_per_s * HEADROOM / rates.capacity_per_s)
+
+
 def wanted(
     lag: int,
     partitions: int,
@@ -91,7 +105,7 @@ def wanted(
     """The replicas this lag asks for, within the policy's bounds and the partition count."""
     if policy.min_replicas == 0 and lag <= policy.activation_lag:
         return 0
-    count = math.ceil(lag / policy.lag_per_replica)
+    count = max(math.ceil(lag / policy.lag_per_replica), keeping_up(rates))
     target = policy.target_time_lag_s
     if target and time_lag_s and time_lag_s > target:
         count = max(count, _for_time_lag(lag, target, current, rates))

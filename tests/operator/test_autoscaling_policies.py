@@ -178,3 +178,41 @@ def test_a_new_topic_or_a_first_commit_starts_the_rates_again_rather_than_read_a
     offsets.add(30.0, 4_000_000, 2_000_000, 2, "orders and payments")
 
     assert offsets.rates(30.0) == (None, None)
+
+
+def test_a_fleet_that_keeps_up_with_its_input_is_not_shrunk_below_what_the_input_needs() -> None:
+    """B8: at 200 records/s, ten replicas that keep up leave about 150 records of lag (what
+    their queues hold), which alone wishes 2 replicas; 2 fall behind, and the lag brings them
+    back up: a flap. A busy replica commits 40/s, so the input needs 6 (with 10% headroom)."""
+    policy = Autoscaling(max_replicas=12, lag_per_replica=100)
+    keeping_up = scaling.Rates(input_per_s=200.0, per_replica_per_s=20.0, capacity_per_s=40.0)
+    never_busy = scaling.Rates(input_per_s=200.0, per_replica_per_s=20.0)
+
+    assert scaling.wanted(150, 12, policy, rates=keeping_up) == 6
+    assert scaling.wanted(150, 12, policy, rates=never_busy) == 2
+    assert scaling.wanted(2_000, 12, policy, rates=keeping_up) == 12  # the lag asks more
+    idle = scaling.Rates(input_per_s=0.0, per_replica_per_s=None, capacity_per_s=40.0)
+    assert scaling.wanted(0, 12, policy, rates=idle) == 1  # no input: min_replicas
+
+
+def test_a_replicas_capacity_is_measured_only_while_the_fleet_has_work_waiting() -> None:
+    offsets = histories.Offsets(600)
+    now = _run(offsets, 0, 60, ready=1, rate=40)  # a backlog: one replica flat out
+    committed = offsets.samples[-1].committed
+    for _ in range(24):  # then ten replicas keeping up with 200/s, 150 records behind
+        now += 5
+        committed += 1_000
+        offsets.add(now, committed + 150, committed, 10, "orders")
+
+    assert offsets.capacity(now, busy_lag_per_replica=100) == pytest.approx(40, rel=0.05)
+
+
+def test_a_fleet_never_busy_has_no_measured_capacity() -> None:
+    offsets = histories.Offsets(600)
+    committed = 0
+    for t in range(0, 120, 5):
+        committed += 100
+        offsets.add(float(t), committed + 10, committed, 2, "orders")
+
+    assert offsets.rates(120.0)[1] == pytest.approx(10, rel=0.05)  # the input shared out
+    assert offsets.capacity(120.0, busy_lag_per_replica=100) is None
