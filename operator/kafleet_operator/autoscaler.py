@@ -110,7 +110,7 @@ def observe_lag(
     # the history starts again rather than read the jump as records (histories.py).
     known = {tp: c for tp, c in reading.committed.items() if c is not None}
     partitions = (frozenset(reading.ends), frozenset(known))
-    offsets.add(now, reading.end_total, sum(known.values()), ready, partitions)
+    offsets.add(now, reading.end_total, sum(known.values()), ready, partitions, reading.total)
     time_lag = scaling.time_lag_s(offsets.ends(), reading.committed_total, now)
     patch.status.update(
         {

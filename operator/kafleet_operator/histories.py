@@ -77,6 +77,7 @@ class Sample:
     committed: int  # the sum of the committed offsets (what the lag leaves of the end)
     ready: int = 0  # the ready replicas then
     per_replica: float | None = None  # records a second one ready replica committed, then
+    lag: int | None = None  # the lag the pass read (None: end minus committed)
 
 
 class Offsets:
@@ -86,14 +87,24 @@ class Offsets:
         self.horizon_s = horizon_s
         self.samples: list[Sample] = []
         self.partitions: object = None  # what the sums are over (``add``'s ``partitions``)
+        self.last_capacity: float | None = None  # kept once the busy samples age out
 
     def add(
-        self, now: float, end: int, committed: int, ready: int = 0, partitions: object = None
+        self,
+        now: float,
+        end: int,
+        committed: int,
+        ready: int = 0,
+        partitions: object = None,
+        lag: int | None = None,
     ) -> None:
         """``committed``: the sum over the partitions that have a commit; ``partitions``: a
-        value that changes when the set of partitions, or of committed ones, changes."""
+        value that changes when the set of partitions, or of committed ones, changes; ``lag``:
+        the lag the pass read (a partition without a commit counts as the policy says, not
+        its whole log)."""
         if partitions != self.partitions:
             self.samples, self.partitions = [], partitions  # other sums: start again
+            self.last_capacity = None
         recent = [s for s in self.samples if now - s.at <= RATE_WINDOW_S]
         per_replica = None
         if recent and now > recent[0].at:
@@ -103,7 +114,7 @@ class Offsets:
             replica_s = sum(max(a.ready, b.ready) * (b.at - a.at) for a, b in pairs)
             if replica_s > 0 and done > 0:
                 per_replica = done / replica_s
-        self.samples.append(Sample(now, end, committed, ready, per_replica))
+        self.samples.append(Sample(now, end, committed, ready, per_replica, lag))
         while len(self.samples) > 2 and now - self.samples[1].at > self.horizon_s:
             del self.samples[0]  # the oldest kept is the last one beyond the horizon
         if len(self.samples) > MAX_SAMPLES:
@@ -135,16 +146,20 @@ class Offsets:
         """What one ready replica can commit, records a second: the same percentile as
         ``rates``, but only of samples taken while the fleet had work waiting (a lag of at
         least ``busy_lag_per_replica`` per ready replica). An idle fleet's commit rate is its
-        input shared out, not what it could do. None until the fleet has been busy within
-        ``CAPACITY_WINDOW_S``."""
+        input shared out, not what it could do. Once the busy samples are older than
+        ``CAPACITY_WINDOW_S`` the last figure stands (a fleet that keeps up is never busy, and
+        must not lose what it knows); None until the fleet has been busy over these
+        partitions."""
         busy = sorted(
             s.per_replica
             for s in self.samples
             if s.per_replica is not None
             and now - s.at <= CAPACITY_WINDOW_S
-            and s.end - s.committed >= busy_lag_per_replica * max(s.ready, 1)
+            and (s.end - s.committed if s.lag is None else s.lag)
+            >= busy_lag_per_replica * max(s.ready, 1)
         )
-        return _percentile(busy)
+        self.last_capacity = _percentile(busy) or self.last_capacity
+        return self.last_capacity
 
 
 def _percentile(ordered: list[float]) -> float | None:

@@ -1,7 +1,7 @@
 """How many replicas a group should run, from its lag: pure policy, no I/O.
 
-Owns the wish (``wanted``): ``ceil(lag / lag_per_replica)``, and never fewer than the input
-needs (``keeping_up``: the input rate over a busy replica's commit rate, once both are
+Owns the wish (``wanted``): ``ceil(lag / lag_per_replica)``, and no scale-down below what the
+input needs (``keeping_up``: the input rate over a busy replica's commit rate, once both are
 measured; KEDA's lag-only wish shrinks a fleet that keeps up and flaps it); over the time-lag
 target, what the measured rates need (the input rate plus the backlog to clear within the
 target, over the rate one ready replica commits; one more than now while no rate is measured
@@ -78,17 +78,19 @@ def even(count: int, partitions: int, floor: int, ceiling: int) -> int:
 
 
 def _for_time_lag(lag: int, target_s: float, current: int, rates: Rates | None) -> int:
-    if rates is None or not rates.per_replica_per_s:
+    per_replica = rates and (rates.capacity_per_s or rates.per_replica_per_s)
+    if rates is None or not per_replica:
         return current + 1  # nothing measured yet: one step, taken once the pods are Ready
     needed = rates.input_per_s + lag / target_s
-    return math.ceil(needed / rates.per_replica_per_s)
+    return math.ceil(needed / per_replica)
 
 
 def keeping_up(rates: Rates | None) -> int:
     """The replicas the input needs, with ``HEADROOM``: the input rate over what one replica
-    commits when busy; 0 while either is unknown. A floor under the lag's wish: a steady input
-    that a fleet keeps up with leaves little lag (only what its queues hold), and a wish from
-    that lag alone would scale the fleet down until the lag grew back, and then up again."""
+    commits when busy; 0 while either is unknown. ``wanted`` keeps at most the replicas that
+    run by it: a steady input that a fleet keeps up with leaves little lag (only what its
+    queues hold), and a wish from that lag alone would scale the fleet down until the lag grew
+    back, and then up again."""
     if rates is None or not rates.capacity_per_s or rates.input_per_s <= 0:
         return 0
     return math.ceil(rates.input_per_s * HEADROOM / rates.capacity_per_s)
@@ -103,9 +105,12 @@ def wanted(
     rates: Rates | None = None,
 ) -> int:
     """The replicas this lag asks for, within the policy's bounds and the partition count."""
-    if policy.min_replicas == 0 and lag <= policy.activation_lag:
+    # What the input needs only holds replicas that run (it never grows a fleet: the lag and
+    # the time lag do), so a burst's rate does not outlast the burst in a bigger fleet.
+    hold = min(keeping_up(rates), current)
+    if policy.min_replicas == 0 and lag <= policy.activation_lag and hold == 0:
         return 0
-    count = max(math.ceil(lag / policy.lag_per_replica), keeping_up(rates))
+    count = max(math.ceil(lag / policy.lag_per_replica), hold)
     target = policy.target_time_lag_s
     if target and time_lag_s and time_lag_s > target:
         count = max(count, _for_time_lag(lag, target, current, rates))

@@ -188,11 +188,29 @@ def test_a_fleet_that_keeps_up_with_its_input_is_not_shrunk_below_what_the_input
     keeping_up = scaling.Rates(input_per_s=200.0, per_replica_per_s=20.0, capacity_per_s=40.0)
     never_busy = scaling.Rates(input_per_s=200.0, per_replica_per_s=20.0)
 
-    assert scaling.wanted(150, 12, policy, rates=keeping_up) == 6
-    assert scaling.wanted(150, 12, policy, rates=never_busy) == 2
-    assert scaling.wanted(2_000, 12, policy, rates=keeping_up) == 12  # the lag asks more
+    assert scaling.wanted(150, 12, policy, current=10, rates=keeping_up) == 6
+    assert scaling.wanted(150, 12, policy, current=10, rates=never_busy) == 2
+    assert scaling.wanted(2_000, 12, policy, current=10, rates=keeping_up) == 12  # lag asks more
     idle = scaling.Rates(input_per_s=0.0, per_replica_per_s=None, capacity_per_s=40.0)
-    assert scaling.wanted(0, 12, policy, rates=idle) == 1  # no input: min_replicas
+    assert scaling.wanted(0, 12, policy, current=10, rates=idle) == 1  # no input: min_replicas
+
+
+def test_what_the_input_needs_holds_a_fleet_but_never_grows_it() -> None:
+    """Review: a 30 s input rate read a burst as steady input and grew the fleet past what
+    lag_per_replica asked, and the scale-down window then held it there."""
+    policy = Autoscaling(max_replicas=12, lag_per_replica=1000)
+    burst = scaling.Rates(input_per_s=67.0, per_replica_per_s=10.0, capacity_per_s=10.0)
+
+    assert scaling.wanted(1_500, 12, policy, current=2, rates=burst) == 2
+
+
+def test_a_fleet_that_may_scale_to_zero_is_held_while_it_keeps_up() -> None:
+    policy = Autoscaling(min_replicas=0, max_replicas=12, lag_per_replica=100, activation_lag=500)
+    keeping_up = scaling.Rates(input_per_s=200.0, per_replica_per_s=20.0, capacity_per_s=40.0)
+
+    assert scaling.wanted(150, 12, policy, current=10, rates=keeping_up) == 6
+    assert scaling.wanted(150, 12, policy, current=0, rates=keeping_up) == 0  # not started by it
+    assert scaling.wanted(150, 12, policy, current=10, rates=None) == 0
 
 
 def test_a_replicas_capacity_is_measured_only_while_the_fleet_has_work_waiting() -> None:
@@ -215,4 +233,31 @@ def test_a_fleet_never_busy_has_no_measured_capacity() -> None:
         offsets.add(float(t), committed + 10, committed, 2, "orders")
 
     assert offsets.rates(120.0)[1] == pytest.approx(10, rel=0.05)  # the input shared out
+    assert offsets.capacity(120.0, busy_lag_per_replica=100) is None
+
+
+def test_a_replicas_capacity_outlives_its_busy_samples_until_the_partitions_change() -> None:
+    offsets = histories.Offsets(600)
+    now = _run(offsets, 0, 60, ready=1, rate=40)
+    committed = offsets.samples[-1].committed
+    for _ in range(240):  # twenty minutes of keeping up, never busy again; a pass each 5 s
+        now += 5
+        committed += 1_000
+        offsets.add(now, committed + 150, committed, 10, "orders", lag=150)
+        offsets.capacity(now, busy_lag_per_replica=100)
+
+    assert offsets.capacity(now, busy_lag_per_replica=100) == pytest.approx(40, rel=0.05)
+    offsets.add(now + 5, 0, 0, 10, "orders and payments")
+    assert offsets.capacity(now + 5, busy_lag_per_replica=100) is None
+
+
+def test_busy_is_judged_on_the_lag_the_pass_read_not_on_uncommitted_logs() -> None:
+    """Review: a partition without a commit added its whole log to end minus committed, so
+    a fleet that kept up looked busy and its input shared out read as its capacity."""
+    offsets = histories.Offsets(600)
+    committed = 0
+    for t in range(0, 120, 5):
+        committed += 100
+        offsets.add(float(t), committed + 50_000, committed, 2, "orders", lag=10)
+
     assert offsets.capacity(120.0, busy_lag_per_replica=100) is None
