@@ -90,12 +90,12 @@ image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Sp
 
 .PHONY: test
 test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run every test against the real test bed.
-	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=line testbed prometheus
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
 bench: venv ## Set up the test bed (side by side) and run the benchmarks, printing their tables (B8 on the real node).
-	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=line testbed
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed
 	$(PY) -m bench
 
 .PHONY: testbed
@@ -116,7 +116,7 @@ kafka-down: venv ## Stop the development Kafka broker.
 	$(KAFKA) down
 
 .PHONY: delta-jars
-delta-jars: venv ## Fetch Delta Lake's jars for the pip-installed Spark from Maven Central (once).
+delta-jars: venv jars ## Fetch Delta Lake's jars for the pip-installed Spark from Maven Central (once).
 	@$(PY) -m tests.infra.spark jars >/dev/null
 
 .PHONY: spark-connect

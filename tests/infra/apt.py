@@ -38,13 +38,19 @@ def install(packages: Sequence[str], needed_for: str) -> None:
     LOCK.parent.mkdir(parents=True, exist_ok=True)
     with LOCK.open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        for cmd in (
-            ["apt-get", *wait, "update", "-qq"],
-            ["apt-get", *wait, "install", "-y", "-qq", "--no-install-recommends", *packages],
-        ):
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise TestbedError(
-                    f"{' '.join(cmd)} failed (for {needed_for}; by hand: {by_hand}):\n"
-                    f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
-                )
+        # An update that fails (its lists' lock, which DPkg::Lock::Timeout does not wait
+        # for, held by apt's daily timer) leaves the lists as they were: install from those,
+        # and say both if that fails too.
+        update = _run(["apt-get", *wait, "update", "-qq"], env)
+        cmd = ["apt-get", *wait, "install", "-y", "-qq", "--no-install-recommends", *packages]
+        if (failed := _run(cmd, env)) is not None:
+            raise TestbedError(
+                f"{' '.join(cmd)} failed (for {needed_for}; by hand: {by_hand}):\n{failed}"
+                + (f"\nand before it apt-get update:\n{update}" if update else "")
+            )
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> str | None:
+    """None, or what a failed command said."""
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    return None if done.returncode == 0 else f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
