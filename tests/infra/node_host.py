@@ -114,9 +114,17 @@ def ensure_bridge() -> bool:
     return True
 
 
-def delete_bridge() -> None:
+def delete_bridge(timeout_s: float = 30.0) -> None:
+    """Delete ``rn0`` and wait until it is gone: the kernel frees a deleted device only once its
+    last references go (a pod's veth, whose namespace dies with its last process), and until
+    then the device is still listed (CI once found it there right after the node stopped)."""
     if bridge_exists():
         _ip("link", "del", BRIDGE)
+    deadline = time.monotonic() + timeout_s
+    while bridge_exists():
+        if time.monotonic() > deadline:
+            raise TestbedError(f"the {BRIDGE} bridge is still there {timeout_s:g} s after deletion")
+        time.sleep(0.2)
 
 
 def read_sysctl(name: str) -> str:
