@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from tests.infra import images, k8s, k8s_build, processes
+from tests.infra import images, k8s, processes
 from tests.infra import node as node_infra
 from tests.infra.node_runtime import REAL_NODE_LABEL
 
@@ -63,18 +62,6 @@ class Bed:
         raise RuntimeError(f"the pods of {name} were still there {timeout:.0f} s after")
 
 
-def _helm(kubeconfig: Path, *args: str) -> None:
-    done = subprocess.run(
-        [str(k8s_build.BIN / "helm"), f"--kubeconfig={kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"helm {' '.join(args)} failed: {done.stderr.strip()}")
-
-
 @contextmanager
 def fleet_bed(workdir: Path, interval_s: float = 5.0) -> Iterator[Bed]:
     """Control plane, real node (images built or reused) and the operator (``interval_s``: the
@@ -100,7 +87,7 @@ def fleet_bed(workdir: Path, interval_s: float = 5.0) -> Iterator[Bed]:
             values_file = workdir / "values.yaml"
             values_file.write_text(yaml.safe_dump(values))
             chart = str(REPO / "charts" / "kafleet")
-            _helm(plane.kubeconfig, "install", "kafleet", chart, "-n", OPERATOR_NAMESPACE,
+            k8s.helm(plane.kubeconfig, "install", "kafleet", chart, "-n", OPERATOR_NAMESPACE,
                   "-f", str(values_file), "--wait", "--timeout=180s")  # fmt: skip
             yield bed
         finally:

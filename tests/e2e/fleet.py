@@ -64,16 +64,10 @@ class Cluster:
         return json.loads(self.kubectl(*args, "-o", "json"))
 
     def helm(self, *args: str) -> str:
-        done = subprocess.run(
-            [str(k8s_build.BIN / "helm"), f"--kubeconfig={self.kubeconfig}", *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed: {done.stderr.strip()}")
-        return done.stdout
+        try:
+            return k8s.helm(self.kubeconfig, *args)
+        except TestbedError as exc:
+            raise AssertionError(str(exc)) from None
 
 
 def produce_orders(kafka: str, topic: str, first: int, count: int) -> set[int]:

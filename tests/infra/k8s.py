@@ -325,8 +325,25 @@ def kubectl(
 ) -> str:
     """Run the test bed's kubectl with ``kubeconfig``; its stdout. A failure (when ``check``)
     is a ``TestbedError`` with kubectl's own message."""
+    return _run_tool("kubectl", kubeconfig, args, input, check, timeout)
+
+
+def helm(kubeconfig: Path | str, *args: str, timeout: float = 300) -> str:
+    """Run the test bed's helm with ``kubeconfig``; its stdout, or a ``TestbedError`` with
+    helm's own message."""
+    return _run_tool("helm", kubeconfig, args, None, True, timeout)
+
+
+def _run_tool(
+    tool: str,
+    kubeconfig: Path | str,
+    args: tuple[str, ...],
+    input: str | None,
+    check: bool,
+    timeout: float,
+) -> str:
     done = subprocess.run(
-        [str(k8s_build.BIN / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+        [str(k8s_build.BIN / tool), f"--kubeconfig={kubeconfig}", *args],
         input=input,
         capture_output=True,
         text=True,
@@ -334,7 +351,7 @@ def kubectl(
         check=False,
     )
     if check and done.returncode != 0:
-        raise TestbedError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+        raise TestbedError(f"{tool} {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout
 
 
