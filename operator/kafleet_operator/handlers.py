@@ -48,7 +48,7 @@ import urllib3
 from kubernetes import client as k8s
 
 from kafleet.errors import ConfigError
-from kafleet_operator import builders, kube, observer, owned, pause, periodic, tuner
+from kafleet_operator import builders, kube, metrics, observer, owned, pause, periodic, tuner
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.kube import api_message, apply
 from kafleet_operator.spec import ParsedSpec, parse_spec
@@ -130,20 +130,23 @@ def _owner(body: kopf.Body) -> dict[str, Any]:
 def reconcile(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: int, **_: Any
 ) -> None:
+    namespace, name = body.metadata["namespace"], body.metadata["name"]
     parsed = observer.parse(body, status, patch)
     if parsed is None:
+        metrics.reconciled(namespace, name, "invalid")
         return
     held = pause.read(body.metadata)
     if held.reconciliation:  # the pass says ReconciliationPaused; resuming runs this again
-        log.info(
-            "%s: %s is true: nothing applied", body.metadata["name"], pause.PAUSE_RECONCILIATION
-        )
+        log.info("%s: %s is true: nothing applied", name, pause.PAUSE_RECONCILIATION)
+        metrics.reconciled(namespace, name, "paused")
         return
     try:
         deployment = _apply_all(body, parsed, held)
     except (kube.NotOwnedError, k8s.ApiException) as exc:
+        metrics.reconciled(namespace, name, "refused")
         _refused(body, patch, exc, retry)
     _applied(body, patch, deployment)
+    metrics.reconciled(namespace, name, "applied")
 
 
 def _apply_all(body: kopf.Body, parsed: ParsedSpec, held: pause.Pause) -> dict[str, Any]:

@@ -1,15 +1,16 @@
 """The operator's own Prometheus metrics: what it saw of each ConsumerGroup and what it did.
 
-Owns: the families (``FAMILIES``, a registry of their own, so nothing else a library registers
-leaks into them), the series of one group (``Series``: its counters made at its first pass,
-at 0, so a panel shows 0 rather than "No data"; its gauges once their value is known, the lag
-withdrawn while it cannot be read; removed when the group is gone, through the memo's
+Owns: the families (``EXPORTED``, a registry of their own, so nothing else a library
+registers leaks into them), the series of one group (``Series``: its counters made at its first
+pass, at 0, so a panel shows 0 rather than "No data"; its gauges once their value is known, the
+lag withdrawn while it cannot be read; removed when the group is gone, through the memo's
 ``close``, which ``periodic.forget`` calls, unless a group made again under the same name owns
-them by then),
-and serving ``/metrics`` (``serve``). Each series carries ``namespace`` and ``consumergroup``
-(the ConsumerGroup) and ``group`` (its Kafka group id, the one label the workers' series
-carry), so panels join the two; a Prometheus that scrapes the operator's pod keeps them with
-``honor_labels`` (else its own ``namespace`` target label renames them ``exported_namespace``).
+them by then), the reconciles of each group's spec (``reconciled``: applied, refused by the API
+server, invalid, paused), the operator's own ``build_info``, and serving ``/metrics``
+(``serve``). Each series carries ``namespace`` and ``consumergroup`` (the ConsumerGroup) and
+``group`` (its Kafka group id, the one label the workers' series carry), so panels join the
+two; a Prometheus that scrapes the operator's pod keeps them with ``honor_labels`` (else its
+own ``namespace`` target label renames them ``exported_namespace``).
 
 Does not own what a pass does (``observer.py``) or any decision: it records them.
 """
@@ -22,8 +23,29 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from kafleet import __version__
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 LABELS = ("namespace", "consumergroup", "group")
+# Always 1 while the operator runs: an alert on its absence sees an operator down even when no
+# ConsumerGroup exists (every other family has series only per group).
+BUILD_INFO = Gauge(
+    "kafleet_operator_build_info",
+    "1, labelled with the running operator's version",
+    ["version"],
+    registry=REGISTRY,
+)
+BUILD_INFO.labels(__version__).set(1)
+# What a create, update or resume of a group's spec came to: its objects applied, refused by the
+# API server (or held by an owner other than the group), its spec invalid, or reconciliation
+# paused. Labelled without the Kafka group id: an invalid spec may have none.
+RECONCILE_RESULTS = ("applied", "refused", "invalid", "paused")
+RECONCILES = Counter(
+    "kafleet_operator_reconciles",
+    "reconciles of a group's spec (create, update, resume), by result",
+    ["namespace", "consumergroup", "result"],
+    registry=REGISTRY,
+)
 
 PASSES = Counter(
     "kafleet_operator_passes",
@@ -87,6 +109,8 @@ FAMILIES = (
     PASSES, PASS_SECONDS, LAG, TIME_LAG, LAG_FAILURES, DESIRED, READY, SCALES,
     MAX_POLL_RECORDS, TUNINGS,
 )  # fmt: skip
+# Every family a dashboard or an alert may read.
+EXPORTED = (BUILD_INFO, RECONCILES, *FAMILIES)
 # Counted from a group's first pass, so "none yet" reads 0 rather than "No data". The gauges
 # have a series only once their value is known: a lag never read is absent, not 0, so an alert
 # on absent lag fires and one on high lag is not silenced by a made-up 0.
@@ -111,6 +135,8 @@ class Series:
         for family, children in _COUNTED.items():
             for extra in children:
                 family.labels(*self.labels, *extra)
+        for result in RECONCILE_RESULTS:
+            RECONCILES.labels(namespace, name, result)
 
     def passed(
         self, status: Mapping[str, Any], seconds: float, ok: bool, desired: object = None
@@ -154,6 +180,14 @@ class Series:
             for extra in _COUNTED.get(family, ((),)):
                 with contextlib.suppress(KeyError):
                     family.remove(*self.labels, *extra)
+        for result in RECONCILE_RESULTS:
+            with contextlib.suppress(KeyError):
+                RECONCILES.remove(*self.labels[:2], result)
+
+
+def reconciled(namespace: str, name: str, result: str) -> None:
+    """One reconcile of a group's spec came to ``result`` (one of ``RECONCILE_RESULTS``)."""
+    RECONCILES.labels(namespace, name, result).inc()
 
 
 def of(memo: Any) -> Series | None:

@@ -7,12 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO, K8s
 from tests.infra.kafka import free_port
@@ -33,6 +35,7 @@ class Operator:
         self.k8s, self.namespace, self.log, self.sidecar_url = k8s, namespace, log, sidecar_url
         self.proc: subprocess.Popen[bytes] | None = None
         self.liveness = free_port()
+        self.metrics_port = free_port()
 
     def start(self) -> Operator:
         cmd = [
@@ -50,10 +53,23 @@ class Operator:
             self.sidecar_url,
             "--liveness",
             f"http://127.0.0.1:{self.liveness}/healthz",
+            "--metrics-address",
+            f"127.0.0.1:{self.metrics_port}",
         ]
         out = open(self.log, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
         return self
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """The value of the sample ``name`` with these labels on the operator's ``/metrics``."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return None
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from kafleet import __version__
 from kafleet_operator import metrics, observer
 from tests.infra import prometheus
 
@@ -41,6 +42,22 @@ def test_a_groups_first_pass_gives_every_counter_a_series_at_zero(series: Any) -
     assert _sample("kafleet_operator_lag_read_failures_total", **GROUP) == 0
     assert _sample("kafleet_operator_tuning_changes_total", **GROUP) == 0
     assert _sample("kafleet_operator_pass_duration_seconds_count", **GROUP) == 0
+
+
+def test_the_operator_says_its_version_whether_or_not_it_has_groups() -> None:
+    assert _sample("kafleet_operator_build_info", version=__version__) == 1
+
+
+def test_reconciles_are_counted_by_result_from_a_groups_first_pass(series: Any) -> None:
+    where = {"namespace": "shop", "consumergroup": "billing"}
+    for result in metrics.RECONCILE_RESULTS:
+        assert _sample("kafleet_operator_reconciles_total", **where, result=result) == 0
+    metrics.reconciled("shop", "billing", "applied")
+    metrics.reconciled("shop", "billing", "refused")
+    assert _sample("kafleet_operator_reconciles_total", **where, result="applied") == 1
+    assert _sample("kafleet_operator_reconciles_total", **where, result="refused") == 1
+    series.close()
+    assert _sample("kafleet_operator_reconciles_total", **where, result="applied") is None
 
 
 def test_a_gauge_has_no_series_until_its_value_is_known(series: Any) -> None:

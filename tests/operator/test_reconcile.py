@@ -160,7 +160,7 @@ def test_a_spec_only_the_operator_can_judge_is_reported_degraded_naming_the_fiel
     change: dict[str, object],
     named: str,
 ) -> None:
-    operator()
+    running = operator()
     apply(k8s, namespace, consumer_group("judged", kafka, "orders", **change))
 
     degraded = wait_condition(k8s, namespace, "judged", "Degraded", "True")
@@ -168,6 +168,8 @@ def test_a_spec_only_the_operator_can_judge_is_reported_degraded_naming_the_fiel
     assert degraded["reason"] == "InvalidSpec"
     assert named in degraded["message"]
     assert not k8s.kubectl("get", "-n", namespace, "deployment", "judged", check=False)
+    labels = {"namespace": namespace, "consumergroup": "judged"}
+    assert running.metric("kafleet_operator_reconciles_total", **labels, result="invalid") == 1
 
 
 def test_a_missing_topic_and_an_unreachable_broker_are_reported_degraded(
@@ -355,7 +357,7 @@ def test_a_refused_apply_is_reported_degraded_with_the_api_servers_message_until
     operator: Callable[..., Operator],
 ) -> None:
     topic = topic_factory(partitions=2)
-    operator()
+    running = operator()
     # The model cannot judge what pod_template merges into the pod: the API server can.
     bad = consumer_group("refused", kafka, topic, pod_template={"serviceAccountName": "Not_A_Name"})
     apply(k8s, namespace, bad)
@@ -373,6 +375,9 @@ def test_a_refused_apply_is_reported_degraded_with_the_api_servers_message_until
     fixed = get(k8s, namespace, "kcg", "refused")
     assert condition(fixed, "Degraded")["status"] == "False"
     assert not fixed["status"].get("applyFailure")
+    labels = {"namespace": namespace, "consumergroup": "refused"}
+    assert running.metric("kafleet_operator_reconciles_total", **labels, result="refused") == 1
+    assert running.metric("kafleet_operator_reconciles_total", **labels, result="applied") == 1
 
 
 def test_a_consumer_group_is_deleted_at_once_with_no_operator_running(
