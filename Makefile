@@ -57,14 +57,19 @@ $(VENV)/.installed: pyproject.toml
 
 .PHONY: lint
 lint: venv ## Check with ruff (lint and format) and mypy --strict.
-	$(PY) -m ruff check consumer operator tests bench examples
-	$(PY) -m ruff format --check consumer operator tests bench examples
-	$(PY) -m mypy consumer/kafleet operator/kafleet_operator
+	$(PY) -m ruff check consumer operator monitoring tests bench examples
+	$(PY) -m ruff format --check consumer operator monitoring tests bench examples
+	$(PY) -m mypy consumer/kafleet operator/kafleet_operator monitoring
+	$(PY) -m monitoring --check
 
 .PHONY: fmt
 fmt: venv ## Format the code and apply ruff's safe fixes.
-	$(PY) -m ruff format consumer operator tests bench examples
-	$(PY) -m ruff check --fix consumer operator tests bench examples
+	$(PY) -m ruff format consumer operator monitoring tests bench examples
+	$(PY) -m ruff check --fix consumer operator monitoring tests bench examples
+
+.PHONY: dashboards
+dashboards: venv ## Write the chart's Grafana dashboards (charts/kafleet/dashboards/) from monitoring/ (make lint checks they are current).
+	$(PY) -m monitoring
 
 ##@ Images (docker, podman or buildah; see the Dockerfile's header)
 
@@ -124,7 +129,7 @@ spark-connect: delta-jars ## Run a local Spark Connect server with Delta on sc:/
 	$(VENV)/bin/kafleet spark-connect --port 15002 --jars $(DELTA_JARS)
 
 .PHONY: prometheus
-prometheus: venv ## Install Prometheus from Debian's packages if missing (root), and build one with Kubernetes discovery from its Go module (once).
+prometheus: venv ## Install Prometheus from Debian's packages if missing (root), build one with Kubernetes discovery from its Go module, fetch the Prometheus Operator's CRDs (once).
 	@$(PY) -m tests.infra.prometheus install >/dev/null
 
 .PHONY: k8s-tools

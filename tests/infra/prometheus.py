@@ -6,12 +6,14 @@ Owns: installing the package when it is missing (``apt-get``, as CI runs as root
 without it (``kubernetes_sd_configs`` is "field not found" there), so it is built from the Go
 module proxy at a pinned version with Prometheus' own build tags keeping only that discovery
 (``remove_all_sd,enable_kubernetes_sd``: minutes, not the quarter hour of every plugin), into
-``.cache/prometheus/<version>/``; starting a server with a scrape configuration (static
-targets, or scrape configs given whole) on a free loopback port and its data under
-``.cache/prometheus/``, waiting until it is ready, PromQL queries through its HTTP API, and
-stopping it by its pid. Does not own what it scrapes.
+``.cache/prometheus/<version>/``; the Prometheus Operator's CRDs (``operator_crds``: its
+ServiceMonitor, PodMonitor and PrometheusRule, for the chart's objects to be judged by a real
+apiserver), from its Go module, which carries them; starting a server with a scrape
+configuration (static targets, or scrape configs given whole) on a free loopback port and its
+data under ``.cache/prometheus/``, waiting until it is ready, PromQL queries through its HTTP
+API, and stopping it by its pid. Does not own what it scrapes.
 
-    python -m tests.infra.prometheus install   # what `make test` runs first (both binaries)
+    python -m tests.infra.prometheus install   # what `make test` runs first (all three)
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ CACHE = REPO_ROOT / ".cache" / "prometheus"
 # Prometheus 3.16.0 as a Go module (Prometheus 3 tags its module v0.3xx.y).
 K8S_SD_VERSION = "v0.316.0"
 K8S_SD_TAGS = "remove_all_sd,enable_kubernetes_sd"
+# The Prometheus Operator whose CRDs the chart's ServiceMonitors and PrometheusRule are checked
+# against (its module holds them under example/prometheus-operator-crd/).
+OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+OPERATOR_VERSION = "v0.89.0"
+OPERATOR_CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
 
 
 def binary() -> str:
@@ -84,6 +91,29 @@ def k8s_sd_binary(log: bool = True) -> str:
     if log:
         print(f"built in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return str(built)
+
+
+def operator_crds() -> list[Path]:
+    """The Prometheus Operator's CRD files, fetched once with ``go mod download``."""
+    from tests.infra import k8s_build
+
+    folder = CACHE / f"operator-crds-{OPERATOR_VERSION}"
+    files = [folder / f"monitoring.coreos.com_{name}.yaml" for name in OPERATOR_CRDS]
+    if all(f.exists() for f in files):
+        return files
+    done = subprocess.run(
+        ["go", "mod", "download", "-json", f"{OPERATOR_MODULE}@{OPERATOR_VERSION}"],
+        env=k8s_build.go_env(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise TestbedError(
+            f"fetching {OPERATOR_MODULE}@{OPERATOR_VERSION} failed:\n{done.stdout}{done.stderr}"
+        )
+    source = Path(json.loads(done.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copyfile(source / f.name, f)
+    return files
 
 
 @dataclass
@@ -173,6 +203,7 @@ if __name__ == "__main__":
     try:
         print(binary())
         print(k8s_sd_binary())
+        print(*operator_crds(), sep="\n")
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -33,8 +33,8 @@ def test_the_committed_crd_is_what_the_models_generate() -> None:
     committed = (REPO / "crds" / "consumergroups.kafleet.io.yaml").read_text()
 
     assert committed == crd.render(), "run: python -m kafleet_operator.crd > crds/..."
-    chart_copy = REPO / "charts" / "kafleet" / "crds" / "consumergroups.kafleet.io.yaml"
-    assert chart_copy.read_text() == committed, "copy crds/ into charts/kafleet/crds/"
+    chart_copy = REPO / "charts" / "kafleet" / "files" / "consumergroups.kafleet.io.yaml"
+    assert chart_copy.read_text() == committed, "copy crds/ into charts/kafleet/files/"
 
 
 def test_every_worker_field_is_in_the_crd_except_those_the_operator_sets() -> None:
