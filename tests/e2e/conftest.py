@@ -24,6 +24,7 @@ import yaml
 
 from tests.conftest import REPO, K8s
 from tests.e2e.fleet import Cluster, Images
+from tests.infra import prometheus
 from tests.infra.kafka import KafkaBroker
 
 # A user's own cluster instead of the test bed's (make kind-e2e), and how its pods reach the
@@ -126,11 +127,23 @@ def operator(
     assert tag == _version(), "the images are tagged with kafleet's version, the chart's appVersion"
     fleet_cluster.kubectl("create", "namespace", release.namespace)
     restricted(fleet_cluster, release.namespace)
+    # Every switch on, as a platform team with the Prometheus Operator installs it: the
+    # ServiceMonitors, the PrometheusRule and the dashboards' ConfigMaps go in with the rest.
+    crds = prometheus.operator_crds()
+    for crd in crds:
+        fleet_cluster.kubectl("apply", "--server-side", "-f", str(crd))
+    fleet_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        *(f"crd/{c.stem.split('_')[1]}.monitoring.coreos.com" for c in crds),
+    )  # fmt: skip
     values = {
         # The tag is left to the chart: its appVersion.
         "image": {"repository": repository, "pullPolicy": fleet_cluster.images.pull_policy},
         "watchNamespaces": [fleet_namespace],
         "intervalSeconds": 2,
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "prometheusRule": {"enabled": True},
+        "grafana": {"dashboards": {"enabled": True}},
         **fleet_cluster.placement,
     }
     values_file = tmp_path_factory.mktemp("helm") / "values.yaml"

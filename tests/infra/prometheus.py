@@ -132,15 +132,17 @@ class Prometheus:
         timeout: float = 60.0,
         scrape_configs: list[dict[str, Any]] | None = None,
         program: str | None = None,
+        rule_files: list[Path] | None = None,
     ) -> None:
         """Scrape ``targets`` every second, or ``scrape_configs`` as given, with ``program``
-        (default: Debian's)."""
+        (default: Debian's), evaluating the rules of ``rule_files`` every second."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
         static = [{"job_name": "kafleet", "static_configs": [{"targets": targets}]}]
         config.write_text(json.dumps({  # JSON is YAML too
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": scrape_configs or static,
+            "rule_files": [str(f) for f in rule_files or []],
         }))  # fmt: skip
         self.pid = processes.spawn(
             [program or binary(), f"--config.file={config}",
@@ -162,15 +164,32 @@ class Prometheus:
             time.sleep(0.2)
         raise TestbedError(f"prometheus was not ready on {self.url} within {timeout:.0f} s")
 
+    def _get(self, path: str, **params: str) -> Any:
+        url = f"{self.url}/api/v1/{path}?" + urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                body = json.loads(response.read())
+        except urllib.error.HTTPError as exc:  # a bad query: Prometheus says why in the body
+            body = json.loads(exc.read() or b"{}")
+        if body.get("status") != "success":
+            raise TestbedError(f"{path} {params} failed: {body}")
+        return body["data"]
+
     def query(self, expr: str) -> list[dict[str, object]]:
         """The result vector of an instant PromQL query."""
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=10) as response:
-            body = json.loads(response.read())
-        if body.get("status") != "success":
-            raise TestbedError(f"query {expr!r} failed: {body}")
-        result: list[dict[str, object]] = body["data"]["result"]
+        result: list[dict[str, object]] = self._get("query", query=expr)["result"]
         return result
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        """The values ``label`` takes in the series ``match`` selects (what Grafana's
+        ``label_values(match, label)`` variable query asks)."""
+        found: list[str] = self._get(f"label/{label}/values", **{"match[]": match})
+        return found
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Every loaded rule with its health and last error."""
+        groups = self._get("rules")["groups"]
+        return [rule for group in groups for rule in group["rules"]]
 
     def targets(self) -> list[dict[str, Any]]:
         """The active targets: their labels (after relabelling), ``health`` and last error."""
@@ -189,10 +208,11 @@ def start_prometheus(
     targets: list[str],
     scrape_configs: list[dict[str, Any]] | None = None,
     program: str | None = None,
+    rule_files: list[Path] | None = None,
 ) -> Prometheus:
     shutil.rmtree(workdir, ignore_errors=True)
     server = Prometheus(workdir, free_port())
-    server.start(targets, scrape_configs=scrape_configs, program=program)
+    server.start(targets, scrape_configs=scrape_configs, program=program, rule_files=rule_files)
     return server
 
 

@@ -119,6 +119,45 @@ def grouped(expr: str) -> set[str] | None:
     return {label.strip() for label in match.group(1).split(",") if label.strip()}
 
 
+_COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)")
+_SET_OPERATOR = re.compile(r"\s(or|and|unless)\s")
+
+
+def _top_level(expr: str, pattern: re.Pattern[str]) -> list[str]:
+    """``expr`` split where ``pattern`` matches outside parentheses, braces and quotes."""
+    parts, depth, start, i, quoted = [], 0, 0, 0, False
+    while i < len(expr):
+        char = expr[i]
+        if char == '"':
+            quoted = not quoted
+        elif not quoted and char in "({[":
+            depth += 1
+        elif not quoted and char in ")}]":
+            depth -= 1
+        elif not quoted and depth == 0 and (match := pattern.match(expr, i)):
+            parts.append(expr[start:i])
+            start = i = match.end()
+            continue
+        i += 1
+    return [*parts, expr[start:]]
+
+
+def signals(expr: str) -> list[str]:
+    """What an alert compares: its expression without thresholds, set operators or
+    ``absent()``, each part a query that returns series whenever the families exist, firing
+    or not (``a > 0 or b > 0`` gives ``a`` and ``b``)."""
+    found = []
+    for part in _top_level(expr, _SET_OPERATOR):
+        for side in _top_level(part, _COMPARISON):
+            side = side.strip()
+            if re.fullmatch(r"[\d.]+", side) or side in {"or", "and", "unless"}:
+                continue
+            if side.startswith("absent(") and side.endswith(")"):
+                side = side[len("absent(") : -1]
+            found.append(side)
+    return found
+
+
 def concrete(expr: str, values: dict[str, str]) -> str:
     """The expression as Grafana sends it: each ``$variable`` replaced by its value."""
     for name in sorted(values, key=len, reverse=True):

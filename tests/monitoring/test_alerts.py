@@ -62,3 +62,13 @@ def test_every_alert_has_a_runbook_in_the_readme() -> None:
     headings = set(re.findall(r"^#+ (Kafleet\w+)$", readme, re.MULTILINE))
     assert set(NAMES) <= headings, f"no runbook for {sorted(set(NAMES) - headings)}"
     assert headings <= set(NAMES), f"runbooks of no alert: {sorted(headings - set(NAMES))}"
+
+
+@pytest.mark.parametrize("rule", RULES, ids=NAMES)
+def test_what_every_alert_compares_is_a_query_of_kafleets_families(rule: dict[str, Any]) -> None:
+    found = queries.signals(rule["expr"])
+    assert found, rule["expr"]
+    for signal in found:
+        assert queries.names(signal), signal
+        assert not re.search(r"(==|!=|>|<)\s*[\d.]+\s*$", signal), signal
+        assert not signal.startswith("absent("), signal
