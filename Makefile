@@ -95,7 +95,7 @@ image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Sp
 
 .PHONY: test
 test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run every test against the real test bed.
-	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: bench
@@ -131,6 +131,10 @@ spark-connect: delta-jars ## Run a local Spark Connect server with Delta on sc:/
 .PHONY: prometheus
 prometheus: venv ## Install Prometheus from Debian's packages if missing (root), build one with Kubernetes discovery from its Go module, fetch the Prometheus Operator's CRDs (once).
 	@$(PY) -m tests.infra.prometheus install >/dev/null
+
+.PHONY: grafana
+grafana: venv ## Build Grafana's backend from its Go module (once): the dashboards' queries run through its API.
+	@$(PY) -m tests.infra.grafana build >/dev/null
 
 .PHONY: k8s-tools
 k8s-tools: venv ## Build etcd, kube-apiserver, controller manager, scheduler, kubectl, helm, kwok (once).
