@@ -80,7 +80,15 @@ LAG_FAILURES = Counter(
 )
 DESIRED = Gauge(
     "kafleet_operator_replicas_desired",
-    "the replicas the group's spec asks for (the autoscaler's last decision)",
+    "the replicas the group's Deployment is given: the spec's (the autoscaler's last "
+    "decision), or the count a kafleet.io/paused-replicas annotation holds it at",
+    LABELS,
+    registry=REGISTRY,
+)
+PAUSED = Gauge(
+    "kafleet_operator_paused",
+    "1 while the group is paused by annotation (paused-replicas or pause-reconciliation), "
+    "else 0",
     LABELS,
     registry=REGISTRY,
 )
@@ -106,7 +114,7 @@ TUNINGS = Counter(
     registry=REGISTRY,
 )
 FAMILIES = (
-    PASSES, PASS_SECONDS, LAG, TIME_LAG, LAG_FAILURES, DESIRED, READY, SCALES,
+    PASSES, PASS_SECONDS, LAG, TIME_LAG, LAG_FAILURES, DESIRED, PAUSED, READY, SCALES,
     MAX_POLL_RECORDS, TUNINGS,
 )  # fmt: skip
 # Every family a dashboard or an alert may read.
@@ -139,14 +147,21 @@ class Series:
             RECONCILES.labels(namespace, name, result)
 
     def passed(
-        self, status: Mapping[str, Any], seconds: float, ok: bool, desired: object = None
+        self,
+        status: Mapping[str, Any],
+        seconds: float,
+        ok: bool,
+        desired: object = None,
+        paused: bool | None = None,
     ) -> None:
-        """One pass: its result and time, the replicas the spec asks for, and the figures it
-        wrote to the status."""
+        """One pass: its result and time, the replicas the Deployment is given, whether the
+        group is paused, and the figures it wrote to the status."""
         PASSES.labels(*self.labels, "ok" if ok else "error").inc()
         PASS_SECONDS.labels(*self.labels).observe(seconds)
         if isinstance(desired, int) and not isinstance(desired, bool):
             DESIRED.labels(*self.labels).set(desired)
+        if paused is not None:
+            PAUSED.labels(*self.labels).set(int(paused))
         for gauge, key in (
             (LAG, "lag"),
             (TIME_LAG, "timeLagSeconds"),

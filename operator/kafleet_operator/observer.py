@@ -61,8 +61,12 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
     except Exception:
         measured.passed({}, time.monotonic() - started, ok=False)
         raise
+    held = pause.read(meta)
+    replicas = body.spec.get("replicas")
+    if isinstance(replicas, int) and not isinstance(replicas, bool):
+        replicas = held.deployment_replicas(replicas)
     measured.passed(
-        patch.get("status") or {}, time.monotonic() - started, True, body.spec.get("replicas")
+        patch.get("status") or {}, time.monotonic() - started, True, replicas, held.scaling
     )
     if patch.get("status"):
         try:

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, K8s
+from tests.e2e import monitors
 from tests.e2e.fleet import Cluster, Images
 from tests.infra import prometheus
 from tests.infra.kafka import KafkaBroker
@@ -164,3 +165,30 @@ def operator(
     finally:
         fleet_cluster.helm("uninstall", release.name, "-n", release.namespace, "--wait")
         fleet_cluster.kubectl("delete", "namespace", release.namespace, "--wait=false")
+
+
+@pytest.fixture
+def fleet_prometheus(
+    fleet_cluster: Cluster, operator: Release, tmp_path: Path
+) -> Iterator[prometheus.Prometheus]:
+    """A Prometheus scraping what the chart's ServiceMonitors select, every 2 s, and
+    evaluating the rules of the chart's PrometheusRule, both read back from the apiserver."""
+    found = fleet_cluster.json("get", "servicemonitors", "-n", operator.namespace)["items"]
+    assert sorted(m["metadata"]["name"] for m in found) == [
+        f"{operator.name}-operator",
+        f"{operator.name}-workers",
+    ]
+    (rule,) = fleet_cluster.json("get", "prometheusrules", "-n", operator.namespace)["items"]
+    rule_file = tmp_path / "kafleet.rules.yaml"
+    rule_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    server = prometheus.start_prometheus(
+        tmp_path / "prometheus",
+        [],
+        scrape_configs=monitors.scrape_configs(found, fleet_cluster.kubeconfig, "2s"),
+        program=prometheus.k8s_sd_binary(),
+        rule_files=[rule_file],
+    )
+    try:
+        yield server
+    finally:
+        server.stop()

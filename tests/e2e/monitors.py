@@ -1,12 +1,16 @@
 """The scrape configuration the Prometheus Operator generates for a ServiceMonitor, so that the
-test bed's Prometheus (no Prometheus Operator runs here) scrapes the fleet exactly as the
-chart's ServiceMonitors would have a cluster's Prometheus scrape it, labels included.
+test bed's Prometheus (no Prometheus Operator runs here) scrapes the fleet as the chart's
+ServiceMonitors would have a cluster's Prometheus scrape it, labels included.
 
 A transcription of ``generateServiceMonitorConfig`` in prometheus-operator v0.89.0
-(``pkg/prometheus/promcfg.go``), for the parts the chart uses: the endpointslice role, the
-selector's ``matchLabels`` as keep rules, the named port, the target labels it always sets
-(``namespace``, ``service``, ``pod``, ``container``, ``job``, ``endpoint``), the running-pod
-filter, then the endpoint's own relabelings; ``honorLabels``, interval, timeout and path.
+(``pkg/prometheus/promcfg.go``), for the parts the chart uses, with a Prometheus resource's
+defaults: the endpoints role (``serviceDiscoveryRole: EndpointSlice`` swaps the meta labels'
+prefix, not the labels made), the selector's ``matchLabels`` as keep rules, the named port, the
+target labels it always sets (``namespace``, ``service``, ``pod``, ``container``, ``job``,
+``endpoint``), the running-pod filter, then the endpoint's own relabelings; ``honorLabels``,
+path. Not transcribed, since the chart's monitors use none: scrape classes, TLS and
+authorization, sharding, limits; nor a Prometheus resource's ``overrideHonorLabels`` or
+``enforcedNamespaceLabel``, which rewrite the operator's ``namespace`` label (the README warns).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ def scrape_config(
     meta, spec = monitor["metadata"], monitor["spec"]
     endpoint = spec["endpoints"][index]
     selector = spec.get("namespaceSelector", {})
-    sd: dict[str, Any] = {"role": "endpointslice", "kubeconfig_file": str(kubeconfig)}
+    sd: dict[str, Any] = {"role": "endpoints", "kubeconfig_file": str(kubeconfig)}
     if not selector.get("any"):
         sd["namespaces"] = {"names": selector.get("matchNames") or [meta["namespace"]]}
     keep = [
@@ -50,16 +54,13 @@ def scrape_config(
         }
         for k, v in sorted(spec["selector"].get("matchLabels", {}).items())
     ]
-    target = [
-        f"{META}endpointslice_address_target_kind",
-        f"{META}endpointslice_address_target_name",
-    ]
+    target = [f"{META}endpoint_address_target_kind", f"{META}endpoint_address_target_name"]
     relabel_configs = [
         {"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"},
         *keep,
         {
             "action": "keep",
-            "source_labels": [f"{META}endpointslice_port_name"],
+            "source_labels": [f"{META}endpoint_port_name"],
             "regex": endpoint["port"],
         },
         {"source_labels": target, "separator": ";", "regex": "Node;(.*)",

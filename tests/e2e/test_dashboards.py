@@ -12,15 +12,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.e2e import monitors
 from tests.e2e.conftest import Release
 from tests.e2e.fleet import Cluster, apply, consumer_group, produce_orders, wait_pods_ready
 from tests.infra import grafana, prometheus
@@ -31,33 +28,6 @@ pytestmark = pytest.mark.timeout(900)
 
 NAME = "observed-sink"
 PARTITIONS = 4
-
-
-@pytest.fixture
-def fleet_prometheus(
-    fleet_cluster: Cluster, operator: Release, tmp_path: Path
-) -> Iterator[prometheus.Prometheus]:
-    """A Prometheus scraping what the chart's ServiceMonitors select, every 2 s, and
-    evaluating the rules of the chart's PrometheusRule, both read back from the apiserver."""
-    found = fleet_cluster.json("get", "servicemonitors", "-n", operator.namespace)["items"]
-    assert sorted(m["metadata"]["name"] for m in found) == [
-        f"{operator.name}-operator",
-        f"{operator.name}-workers",
-    ]
-    (rule,) = fleet_cluster.json("get", "prometheusrules", "-n", operator.namespace)["items"]
-    rule_file = tmp_path / "kafleet.rules.yaml"
-    rule_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
-    server = prometheus.start_prometheus(
-        tmp_path / "prometheus",
-        [],
-        scrape_configs=monitors.scrape_configs(found, fleet_cluster.kubeconfig, "2s"),
-        program=prometheus.k8s_sd_binary(),
-        rule_files=[rule_file],
-    )
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _has(server: prometheus.Prometheus, expr: str) -> bool:

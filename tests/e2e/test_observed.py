@@ -1,15 +1,13 @@
-"""The fleet observed by a real Prometheus that finds its pods through the real apiserver, as a
-cluster's Prometheus does: ``kubernetes_sd_configs`` of the pod role and the usual
-``prometheus.io/*`` annotations (the operator's pod and every worker's carry them). A PromQL
-query of a group's lag equals the ConsumerGroup's ``status.lag``, and every family the workers'
-sidecars and the operator export has series (a family with no data is a panel with none).
+"""The fleet observed by a real Prometheus that finds its targets through the real apiserver, as
+a cluster's Prometheus does for the chart's ServiceMonitors (``fleet_prometheus``: the operator's
+metrics Service and every group's). A PromQL query of a group's lag equals the ConsumerGroup's
+``status.lag``, and every family the workers' sidecars and the operator export has series (a
+family with no data is a panel with none).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,68 +31,6 @@ SINK_ONLY = {"partition_held_records"} | {n for n, *_ in METRICS if n.startswith
 SUFFIXES = ("", "_total", "_bucket", "_count", "_sum", "_info")
 
 
-def scrape_configs(kubeconfig: Path, namespaces: list[str]) -> list[dict[str, Any]]:
-    """Pods found through the apiserver, kept when annotated ``prometheus.io/scrape``, scraped
-    at their annotated port and path, labelled with their namespace, pod and ConsumerGroup."""
-    meta = "__meta_kubernetes_pod_"
-    return [
-        {
-            "job_name": "kubernetes-pods",
-            "scrape_interval": "2s",
-            # The operator's series name the group's namespace themselves: keep theirs.
-            "honor_labels": True,
-            "kubernetes_sd_configs": [
-                {
-                    "role": "pod",
-                    "kubeconfig_file": str(kubeconfig),
-                    "namespaces": {"names": namespaces},
-                }
-            ],
-            "relabel_configs": [
-                {
-                    "source_labels": [f"{meta}annotation_prometheus_io_scrape"],
-                    "action": "keep",
-                    "regex": "true",
-                },
-                {
-                    "source_labels": ["__address__", f"{meta}annotation_prometheus_io_port"],
-                    "regex": r"([^:]+)(?::\d+)?;(\d+)",
-                    "replacement": "$1:$2",
-                    "target_label": "__address__",
-                },
-                {
-                    "source_labels": [f"{meta}annotation_prometheus_io_path"],
-                    "regex": "(.+)",
-                    "target_label": "__metrics_path__",
-                },
-                {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-                {"source_labels": [f"{meta}name"], "target_label": "pod"},
-                {
-                    "source_labels": [f"{meta}label_app_kubernetes_io_instance"],
-                    "target_label": "consumergroup",
-                },
-            ],
-        }
-    ]
-
-
-@pytest.fixture
-def cluster_prometheus(
-    fleet_cluster: Cluster, operator: Release, tmp_path: Path
-) -> Iterator[prometheus.Prometheus]:
-    namespaces = [operator.watched, operator.namespace]
-    server = prometheus.start_prometheus(
-        tmp_path / "prometheus",
-        [],
-        scrape_configs=scrape_configs(fleet_cluster.kubeconfig, namespaces),
-        program=prometheus.k8s_sd_binary(),
-    )
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def _value(server: prometheus.Prometheus, expr: str) -> float | None:
     found = server.query(expr)
     if len(found) != 1:
@@ -109,7 +45,7 @@ def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_s
     admin: AdminClient,
     kafka: str,
     pod_kafka: str,
-    cluster_prometheus: prometheus.Prometheus,
+    fleet_prometheus: prometheus.Prometheus,
 ) -> None:
     ns, name = operator.watched, "observed"
     topic, receipts = topics(admin, f"load-{name}-{time.time_ns()}", PARTITIONS)
@@ -154,7 +90,7 @@ def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_s
     }
     for what, expr in queries.items():
         wait_until(
-            lambda expr=expr: _value(cluster_prometheus, expr) == expected,  # type: ignore[misc]
+            lambda expr=expr: _value(fleet_prometheus, expr) == expected,  # type: ignore[misc]
             60,
             f"{what} in Prometheus ({expr}) to equal status.lag {expected}",
             every=1,
@@ -164,12 +100,12 @@ def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_s
     # Every family has series: the sidecars' (but the sink's: this group has none) and the
     # operator's.
     families = {f"kafleet_{n}" for n, *_ in METRICS if n not in SINK_ONLY}
-    revoked = _value(cluster_prometheus, f'sum(kafleet_partitions_revoked_total{{group="{name}"}})')
+    revoked = _value(fleet_prometheus, f'sum(kafleet_partitions_revoked_total{{group="{name}"}})')
     if not revoked:  # both workers joined at once: no revoke, so no last drain to show
         families.discard("kafleet_last_revoke_drain_seconds")
     exported = {
         str(s["metric"]["__name__"])  # type: ignore[index]
-        for s in cluster_prometheus.query(f'{{__name__=~"kafleet_.+",group="{name}"}}')
+        for s in fleet_prometheus.query(f'{{__name__=~"kafleet_.+",group="{name}"}}')
     }
 
     def missing(wanted: set[str]) -> list[str]:
@@ -180,7 +116,7 @@ def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_s
     assert not missing(operator_families), f"no operator series for {missing(operator_families)}"
     up = {
         (t["labels"].get("namespace", ""), t["labels"].get("pod", ""))
-        for t in cluster_prometheus.targets()
+        for t in fleet_prometheus.targets()
         if t["health"] == "up"
     }
     workers = {pod for n, pod in up if n == ns and pod.startswith(f"{name}-")}

@@ -85,13 +85,41 @@ def test_every_value_is_in_the_schema_with_a_description_and_the_schema_has_no_o
         (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
         (["--set", "metrics.port=0"], "/metrics/port"),
         (["--set", "metrics.serviceMonitor.interval=30"], "/metrics/serviceMonitor/interval"),
-        (["--set", "prometheusRule.disabledAlerts={LagGrowing}"], "/prometheusRule/disabledAlerts"),
+        (["--set", "prometheusRule.disabledAlerts={KafleetRebalanceStrom}"], "disabledAlerts/0"),
+        (["--set", "metrics.port=8080"], "/metrics/port"),
+        (["--set", "metrics.serviceMonitor.interval=1.5s"], "/metrics/serviceMonitor/interval"),
+        (
+            [
+                "--set",
+                "metrics.serviceMonitor.enabled=true",
+                "--set",
+                "metrics.serviceMonitor.interval=5s",
+            ],
+            "scrapeTimeout 10s is longer than metrics.serviceMonitor.interval 5s",
+        ),
     ],
 )
 def test_a_misspelled_or_wrong_value_is_refused_naming_it(sets: list[str], named: str) -> None:
     done = _helm("template", "kafleet", str(CHART), *sets)
     assert done.returncode != 0
     assert named in done.stderr, done.stderr
+
+
+def test_the_alerts_a_user_may_disable_are_those_of_the_rule_file() -> None:
+    allowed = SCHEMA["properties"]["prometheusRule"]["properties"]["disabledAlerts"]["items"]
+    assert allowed["enum"] == [a.where.removeprefix("alert ") for a in queries.alerts()]
+
+
+def test_the_operator_pod_carries_scrape_annotations_only_without_the_service_monitor() -> None:
+    def annotations(*sets: str) -> dict[str, str]:
+        (deployment,) = [o for o in render(*sets) if o["kind"] == "Deployment"]
+        found: dict[str, str] = deployment["spec"]["template"]["metadata"].get("annotations", {})
+        return found
+
+    assert annotations()["prometheus.io/port"] == "8081"
+    assert "prometheus.io/scrape" not in annotations("--set", "metrics.serviceMonitor.enabled=true")
+    overridden = annotations("--set-string", "podAnnotations.prometheus\\.io/scrape=false")
+    assert overridden["prometheus.io/scrape"] == "false"
 
 
 def test_the_defaults_install_the_operator_its_rbac_its_metrics_service_and_the_crd() -> None:

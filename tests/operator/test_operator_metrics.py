@@ -125,6 +125,27 @@ def test_a_pass_that_raises_counts_as_an_error(monkeypatch: pytest.MonkeyPatch) 
     memo["metrics"].close()
 
 
+@pytest.mark.parametrize(
+    ("annotations", "desired", "paused"),
+    [
+        ({}, 4, 0),
+        ({"kafleet.io/paused-replicas": "1"}, 1, 1),
+        ({"kafleet.io/pause-reconciliation": "true"}, 4, 1),
+    ],
+)
+def test_a_pass_gives_the_replicas_the_deployment_is_held_at_and_whether_it_is_paused(
+    monkeypatch: pytest.MonkeyPatch, annotations: dict[str, str], desired: int, paused: int
+) -> None:
+    monkeypatch.setattr(observer, "observe", lambda *_: None)
+    memo: dict[str, Any] = {}
+    meta = {"namespace": "shop", "name": "held", "annotations": annotations}
+    observer.observe_group({"metadata": meta, "spec": {"group_id": "h", "replicas": 4}}, memo)
+    labels = {"namespace": "shop", "consumergroup": "held", "group": "h"}
+    assert _sample("kafleet_operator_replicas_desired", **labels) == desired
+    assert _sample("kafleet_operator_paused", **labels) == paused
+    memo["metrics"].close()
+
+
 def test_a_gone_group_leaves_no_series() -> None:
     memo: dict[str, Any] = {}
     metrics.series(memo, "shop", "gone", "g").passed({"lag": 5}, 0.1, True)
