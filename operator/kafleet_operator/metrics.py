@@ -87,8 +87,7 @@ DESIRED = Gauge(
 )
 PAUSED = Gauge(
     "kafleet_operator_paused",
-    "1 while the group is paused by annotation (paused-replicas or pause-reconciliation), "
-    "else 0",
+    "1 while the group is paused by annotation (paused-replicas or pause-reconciliation), else 0",
     LABELS,
     registry=REGISTRY,
 )
