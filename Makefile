@@ -11,6 +11,9 @@ PYTHON ?= python3
 VENV ?= .venv
 # Extra arguments for pytest.
 PYTEST_ARGS ?=
+# How many pytest-xdist workers `make test` runs the tests in (the real node's tests all go to
+# one of them); 0 runs them in this process, one after another.
+TEST_WORKERS ?= 2
 # How many set-up steps `make test` and `make bench` run side by side (the Go builds use the
 # cores while the downloads and the image builds wait on the network and the disk).
 SETUP_JOBS ?= 4
@@ -96,7 +99,7 @@ image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Sp
 .PHONY: test
 test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run every test against the real test bed.
 	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: bench
 bench: venv ## Set up the test bed (side by side) and run the benchmarks, printing their tables (B8 on the real node).
