@@ -119,8 +119,10 @@ def grouped(expr: str) -> set[str] | None:
     return {label.strip() for label in match.group(1).split(",") if label.strip()}
 
 
-_COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)")
-_SET_OPERATOR = re.compile(r"\s(or|and|unless)\s")
+# A binary operator with its modifiers (``bool``, ``on (...)``, ``group_left (...)``).
+_MODIFIERS = r"(\s+bool)?(\s+(on|ignoring)\s*\([^)]*\))?(\s+group_(left|right)\s*(\([^)]*\))?)?"
+_COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)" + _MODIFIERS)
+_SET_OPERATOR = re.compile(r"\s(or|and|unless)" + _MODIFIERS + r"\s")
 
 
 def _top_level(expr: str, pattern: re.Pattern[str]) -> list[str]:
@@ -142,20 +144,41 @@ def _top_level(expr: str, pattern: re.Pattern[str]) -> list[str]:
     return [*parts, expr[start:]]
 
 
+def _closing(expr: str) -> int:
+    """Where the parenthesis that opens ``expr`` closes (-1: nowhere)."""
+    depth, quoted = 0, False
+    for i, char in enumerate(expr):
+        if char == '"':
+            quoted = not quoted
+        elif not quoted and char == "(":
+            depth += 1
+        elif not quoted and char == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _unwrapped(expr: str) -> str:
+    """``expr`` without parentheses that enclose all of it."""
+    while expr.startswith("(") and _closing(expr) == len(expr) - 1:
+        expr = expr[1:-1].strip()
+    return expr
+
+
 def signals(expr: str) -> list[str]:
-    """What an alert compares: its expression without thresholds, set operators or
-    ``absent()``, each part a query that returns series whenever the families exist, firing
-    or not (``a > 0 or b > 0`` gives ``a`` and ``b``)."""
-    found = []
-    for part in _top_level(expr, _SET_OPERATOR):
-        for side in _top_level(part, _COMPARISON):
-            side = side.strip()
-            if re.fullmatch(r"[\d.]+", side) or side in {"or", "and", "unless"}:
-                continue
-            if side.startswith("absent(") and side.endswith(")"):
-                side = side[len("absent(") : -1]
-            found.append(side)
-    return found
+    """What an alert compares: its expression without thresholds, set operators, enclosing
+    parentheses or ``absent()``, each part a query that returns series whenever the families
+    exist, firing or not (``a > 0 or (b != c)`` gives ``a``, ``b`` and ``c``)."""
+    expr = _unwrapped(expr.strip())
+    for pattern in (_SET_OPERATOR, _COMPARISON):
+        parts = _top_level(expr, pattern)
+        if len(parts) > 1:
+            return [s for part in parts if not re.fullmatch(r"\s*[\d.]+\s*", part)
+                    for s in signals(part)]  # fmt: skip
+    if expr.startswith("absent(") and expr.endswith(")"):
+        return signals(expr[len("absent(") : -1])
+    return [expr]
 
 
 def concrete(expr: str, values: dict[str, str]) -> str:

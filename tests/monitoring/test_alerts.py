@@ -34,6 +34,18 @@ def test_the_rule_file_is_valid() -> None:
     _promtool("check", "rules", str(queries.RULES))
 
 
+def test_what_the_alerts_compare_is_valid_promql(tmp_path: Path) -> None:
+    """The e2e test runs each alert's signals alone: each must parse on its own."""
+    rules = [
+        {"record": f"signal:{i}", "expr": signal}
+        for i, alert in enumerate(queries.alerts())
+        for signal in queries.signals(alert.expr)
+    ]
+    path = tmp_path / "signals.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "signals", "rules": rules}]}))
+    _promtool("check", "rules", str(path))
+
+
 def test_every_alert_fires_and_stays_quiet_as_its_promtool_tests_say() -> None:
     _promtool("test", "rules", TESTS.name, cwd=TESTS.parent)
 
