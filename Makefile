@@ -11,9 +11,11 @@ PYTHON ?= python3
 VENV ?= .venv
 # Extra arguments for pytest.
 PYTEST_ARGS ?=
-# How many pytest-xdist workers `make test` runs the tests in (the real node's tests all go to
-# one of them); 0 runs them in this process, one after another.
-TEST_WORKERS ?= 2
+# `make test` runs the tests of the machine's one real node (REAL_NODE_TESTS) in a pytest
+# session of their own beside the others' (they wait on pods, the others on the broker and the
+# control plane); 0 runs all in one session. With PYTEST_ARGS set, one session runs those.
+TEST_SPLIT ?= 1
+REAL_NODE_TESTS := tests/e2e tests/testbed/test_real_node.py
 # How many set-up steps `make test` and `make bench` run side by side (the Go builds use the
 # cores while the downloads and the image builds wait on the network and the disk).
 SETUP_JOBS ?= 4
@@ -99,7 +101,16 @@ image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Sp
 .PHONY: test
 test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run every test against the real test bed.
 	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	@if [ -n "$(PYTEST_ARGS)" ] || [ "$(TEST_SPLIT)" = 0 ]; then \
+	  set -x; $(PY) -m pytest $(PYTEST_ARGS); \
+	else \
+	  mkdir -p .cache/test-logs; log=.cache/test-logs/real-node.log; \
+	  echo "the real node's tests run beside the others; their output: $$log (shown at the end)"; \
+	  $(PY) -m pytest $(REAL_NODE_TESTS) >$$log 2>&1 & node=$$!; \
+	  status=0; $(PY) -m pytest $(addprefix --ignore=,$(REAL_NODE_TESTS)) || status=$$?; \
+	  wait $$node || status=$$((status ? status : $$?)); \
+	  echo; echo "=== the real node's tests ($$log) ==="; cat $$log; exit $$status; \
+	fi
 
 .PHONY: bench
 bench: venv ## Set up the test bed (side by side) and run the benchmarks, printing their tables (B8 on the real node).

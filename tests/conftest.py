@@ -378,17 +378,6 @@ def start_consumer() -> Iterator[Callable[..., ParallelConsumer]]:
         consumer.wait(timeout=30)
 
 
-# The fixtures of the machine's one real node (its network, its kubelet): under pytest-xdist
-# (`make test` runs two workers) every test that uses them runs in the same worker, in turn.
-REAL_NODE_FIXTURES = {"real_node", "fleet_cluster"}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if REAL_NODE_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("real-node"))
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
     """On a failure in a test that used the broker, show where its log is and how it ends."""
