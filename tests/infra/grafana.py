@@ -166,19 +166,18 @@ def start_grafana(workdir: Path, prometheus_url: str, dashboards: list[Path]) ->
     server.pid = processes.spawn(
         [str(build()), "server", f"--homepath={HOME}"], workdir / "grafana.log", env=env
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if not processes.alive(server.pid):
-            log = (workdir / "grafana.log").read_text()[-3000:]
-            raise TestbedError(f"grafana exited while starting:\n{log}")
+
+    def healthy() -> bool:
         try:
-            if server.request("/api/health").get("database") == "ok":
-                return server
-        except (TestbedError, OSError):
-            pass
-        time.sleep(0.5)
-    server.stop()
-    raise TestbedError(f"grafana was not healthy on {server.url} within 120 s")
+            return bool(server.request("/api/health").get("database") == "ok")
+        except TestbedError:  # an HTTP error while it starts
+            return False
+
+    why = processes.wait_started(server.pid, workdir / "grafana.log", healthy, 120)
+    if why:
+        server.stop()
+        raise TestbedError(f"grafana on {server.url} {why}")
+    return server
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Starting and stopping the test bed's server processes by their own pids.
 
-Owns: spawning a server detached from the terminal with its output in a log file, checking
-whether a pid still runs, stopping it (SIGTERM, then SIGKILL after a grace period), and
-cleaning up after test sessions that died without stopping what they started. Only processes
-whose command line names the run folder are ever signalled, so a recycled pid is never hit.
+Owns: spawning a server detached from the terminal with its output in a log file, waiting
+until a spawned server answers (``wait_started``), checking whether a pid still runs, stopping
+it (SIGTERM, then SIGKILL after a grace period), and cleaning up after test sessions that died
+without stopping what they started. Only processes whose command line names the run folder are
+ever signalled, so a recycled pid is never hit.
 
 Does not own: what a server is or when it is ready (``kafka.py``, ``k8s.py``).
 """
@@ -15,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -48,6 +49,22 @@ def spawn(cmd: Sequence[str], log: Path, env: dict[str, str] | None = None) -> i
             env=env,
         )
     return proc.pid
+
+
+def wait_started(pid: int, log: Path, ready: Callable[[], bool], timeout: float) -> str | None:
+    """Poll ``ready`` (which may raise OSError while nothing listens) until it is true: None;
+    else why not: the process exited (with the end of its log), or ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return f"exited while starting:\n{log.read_text()[-3000:]}"
+        try:
+            if ready():
+                return None
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return f"was not ready within {timeout:.0f} s"
 
 
 def stop(pid: int | None, timeout: float = 30.0) -> None:

@@ -150,19 +150,14 @@ class Prometheus:
              f"--web.listen-address={LOOPBACK}:{self.port}", "--log.level=warn"],
             self.workdir / "prometheus.log",
         )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not processes.alive(self.pid):
-                log = (self.workdir / "prometheus.log").read_text()[-2000:]
-                raise TestbedError(f"prometheus exited while starting:\n{log}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        raise TestbedError(f"prometheus was not ready on {self.url} within {timeout:.0f} s")
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+                return bool(response.status == 200)
+
+        why = processes.wait_started(self.pid, self.workdir / "prometheus.log", ready, timeout)
+        if why:
+            raise TestbedError(f"prometheus on {self.url} {why}")
 
     def _get(self, path: str, **params: str) -> Any:
         url = f"{self.url}/api/v1/{path}?" + urllib.parse.urlencode(params)
