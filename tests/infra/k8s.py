@@ -2,21 +2,24 @@
 
 Owns: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok from the
 binaries that ``k8s_build.py`` builds; the TLS material (a CA, the apiserver's serving cert, the
-service-account signing key, made with ``openssl``); an admin identity (a bearer token in the
-apiserver's token file, group ``system:masters``); the kubeconfig; two fake nodes that kwok keeps
-Ready (renewing a Lease per node in ``kube-node-lease``, as a kubelet does, so the node
-controller never marks them Unknown and their pods unready) and whose scheduled pods it turns
-Running. Everything lives in one run folder under
+service-account signing key, the front proxy's CA and client pair, made with ``openssl``); an
+admin identity (a bearer token in the apiserver's token file, group ``system:masters``); the
+kubeconfig; two fake nodes that kwok keeps Ready (renewing a Lease per node in
+``kube-node-lease``, as a kubelet does, so the node controller never marks them Unknown and their
+pods unready) and whose scheduled pods it turns Running. Everything lives in one run folder under
 ``.cache/k8s/``, and every process is stopped by its own pid.
 
 Does not own: the binaries (``k8s_build.py``) or anything a test puts in the cluster.
 
-The apiserver's flags follow controller-runtime's envtest (RBAC on, a 10.0.0.0/24 service
-range), but keep the ServiceAccount admission plugin on, as a real cluster does: pods on the real
-node (``node.py``) get a token and talk to the apiserver with their in-cluster configuration, at
-the node's bridge gateway, where it listens too. Unlike envtest it also runs the
-controller manager (Deployments get ReplicaSets and Pods, garbage collection follows owner
-references), the scheduler (pods are bound to nodes), and kwok (nodes and pods come alive).
+The apiserver's flags follow controller-runtime's envtest (RBAC on), but with a 10.0.0.0/16
+Service range (a Service per ConsumerGroup, for a thousand groups and more) and the
+ServiceAccount admission plugin on, as a real cluster does: pods on the real node (``node.py``)
+get a token and talk to the apiserver with their in-cluster configuration, at the node's bridge
+gateway, where it listens too. It has the front proxy's flags (requestheader, the proxy's client
+certificate), so aggregated APIs work (KEDA's external metrics adapter: ``keda.py``). Unlike
+envtest it also runs the controller manager (Deployments get ReplicaSets and Pods, garbage
+collection follows owner references), the scheduler (pods are bound to nodes), and kwok (nodes
+and pods come alive).
 
     python -m tests.infra.k8s up      # start (or reuse) the development control plane
     python -m tests.infra.k8s down    # stop it
@@ -43,6 +46,7 @@ from tests.infra.kafka import LOOPBACK, POD_GATEWAY, TestbedError, free_port
 RUNS = k8s_build.CACHE / "runs"
 DEV_WORKDIR = k8s_build.CACHE / "dev"
 FAKE_NODES = ("kwok-node-0", "kwok-node-1")
+FAKE_NODE_IP = "10.249.0.2"  # their InternalIP (kwok's --node-ip)
 # The node controller marks a node NotReady when neither its status nor its Lease was renewed
 # for this long (kube-controller-manager's --node-monitor-grace-period, 50 s by default):
 # shorter here, so that a test bed losing its heartbeats shows it within a test.
@@ -83,7 +87,7 @@ class ControlPlane:
         stages = k8s_build.kwok_stages()
         self.workdir.mkdir(parents=True, exist_ok=True)
         certs = self.workdir / "pki"
-        if not (certs / "sa.pub").exists():
+        if not (certs / "front-proxy" / "client.crt").exists():  # the last file pki.make makes
             pki.make(certs)
         for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok"):
             self.ports.setdefault(name, free_port())
@@ -147,12 +151,21 @@ class ControlPlane:
             # OpenShift's default: setting blockOwnerDeletion needs `update` on the owner's
             # finalizers, so the chart's RBAC test meets what such clusters ask.
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={pki.SERVICE_RANGE}",
             "--allow-privileged=true",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={certs / 'sa.pub'}",
             f"--service-account-signing-key-file={certs / 'sa.key'}",
             "--enable-priority-and-fairness=false",  # one client at a time; no need to queue
+            # The front proxy: how the apiserver authenticates to aggregated API servers
+            # (KEDA's metrics adapter), which trust the user and groups of these headers.
+            f"--requestheader-client-ca-file={certs / 'front-proxy' / 'ca.crt'}",
+            f"--requestheader-allowed-names={pki.FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={certs / 'front-proxy' / 'client.crt'}",
+            f"--proxy-client-key-file={certs / 'front-proxy' / 'client.key'}",
             "--v=1",
         ]
 
@@ -197,7 +210,9 @@ class ControlPlane:
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--cidr=10.250.0.0/16",  # fake pod IPs, apart from the real node's 10.244.0.0/24
-            "--node-ip=10.0.0.2",
+            # The fake nodes' InternalIP: outside the Service range and both pod ranges, so no
+            # Service's ClusterIP or pod's address is ever also a node's.
+            f"--node-ip={FAKE_NODE_IP}",
             f"--server-address={LOOPBACK}:{self.ports['kwok']}",
             # kwok holds and renews a Lease per node only with this (its default is 0: none);
             # without one the node controller marks the nodes Unknown every grace period.

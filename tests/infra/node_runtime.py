@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.infra import pki
 from tests.infra.kafka import POD_GATEWAY, POD_SUBNET, free_port
 
 NODE_NAME = "realnode-0"
@@ -29,7 +30,7 @@ MACHINE_LOCK = Path("/run/kafleet-realnode.lock")
 PAUSE_IMAGE = "localhost/pause:3.10"
 REAL_NODE_LABEL = "kafleet.io/real-node"  # label key and taint key, both with the value "true"
 KUBELET_PORT = 10250  # fixed: the apiserver reaches every kubelet on it
-SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service in the control plane's 10.0.0.0/24 range
+SERVICE_IP = pki.KUBERNETES_SERVICE_IP  # the `kubernetes` Service: its range's first address
 # The sysctls the kubelet sets unless protectKernelDefaults, and the values it wants. Inside the
 # node's mount namespace plain files with these values are bind-mounted over them.
 KUBELET_SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}

@@ -2,11 +2,14 @@
 
 Owns: a CA, the apiserver's serving certificate (valid for the loopback address and the
 in-cluster names and address of the ``kubernetes`` service, and the real node's bridge gateway,
-where pods reach the apiserver) and the service-account signing key pair; and, for the Kafka
-broker's TLS listener for pods, a CA of its own and a broker certificate for the address pods
-dial (``broker``).
+where pods reach the apiserver) and the service-account signing key pair; the front proxy's CA
+and client certificate (CN ``front-proxy-client``), with which the apiserver proxies to
+aggregated APIs (``front_proxy``); for the Kafka broker's TLS listener for pods, a CA of its own
+and a broker certificate for the address pods dial (``broker``); and KEDA's certificate folder
+(``keda``: one pair that both serves and authenticates its gRPC link).
 Does not own: where they are used (``k8s.py`` passes them to the control plane's flags,
-``kafka.py`` writes the broker's into its listener's properties).
+``kafka.py`` writes the broker's into its listener's properties, ``keda.py`` hands its folder
+to KEDA's two processes).
 """
 
 from __future__ import annotations
@@ -17,9 +20,15 @@ from pathlib import Path
 
 from tests.infra.kafka import POD_GATEWAY, TestbedError
 
-# The first address of the control plane's service range: the ``kubernetes`` Service, which
-# in-cluster clients (the operator in a pod) dial.
+# The control plane's Service range (kube-apiserver's --service-cluster-ip-range): a /16, so
+# that a Service per ConsumerGroup fits for thousands of groups.
+SERVICE_RANGE = "10.0.0.0/16"
+# Its first address: the ``kubernetes`` Service, which in-cluster clients (the operator in a
+# pod) dial.
 KUBERNETES_SERVICE_IP = "10.0.0.1"
+# The front proxy's client certificate's CN, which the apiserver's
+# --requestheader-allowed-names names and aggregated API servers accept.
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -88,15 +97,19 @@ def _signed(folder: Path, name: str, subject: str, extensions: str, days: str) -
     )
 
 
+def _alt_names(hosts: tuple[str, ...]) -> str:
+    return ",".join(
+        f"IP:{h}" if h.replace(".", "").isdigit() or ":" in h else f"DNS:{h}" for h in hosts
+    )
+
+
 def broker(folder: Path, hosts: tuple[str, ...]) -> None:
     """A CA (``ca.crt``: what a client trusts) and the broker's certificate and key
     (``broker.crt``, ``broker.key``) valid for ``hosts`` (IP addresses or DNS names), so a
     client that verifies the broker's name (librdkafka does by default) accepts it."""
     folder.mkdir(parents=True, exist_ok=True)
     _ca(folder, "kafleet-testbed-kafka-ca", "3650")
-    names = ",".join(
-        f"IP:{h}" if h.replace(".", "").isdigit() or ":" in h else f"DNS:{h}" for h in hosts
-    )
+    names = _alt_names(hosts)
     _signed(
         folder,
         "broker",
@@ -107,8 +120,40 @@ def broker(folder: Path, hosts: tuple[str, ...]) -> None:
     )
 
 
+def front_proxy(folder: Path) -> None:
+    """The front proxy's CA (``ca.crt``: the apiserver's --requestheader-client-ca-file, which
+    aggregated API servers read back from ``kube-system/extension-apiserver-authentication``)
+    and the client pair the apiserver presents to them (``client.crt``, ``client.key``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _ca(folder, "kafleet-testbed-front-proxy-ca", "3650")
+    _signed(
+        folder,
+        "client",
+        f"/CN={FRONT_PROXY_CLIENT}",
+        "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n",
+        "3650",
+    )
+
+
+def keda(folder: Path, hosts: tuple[str, ...]) -> None:
+    """KEDA's certificate folder: ``ca.crt``, and ``tls.crt`` / ``tls.key`` valid for ``hosts``.
+    The operator serves its gRPC with the pair and the adapter dials with the same pair as its
+    client certificate (mutual TLS from one folder), so it is good for both uses."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _ca(folder, "kafleet-testbed-keda-ca", "3650")
+    _signed(
+        folder,
+        "tls",
+        "/CN=keda-operator",
+        f"subjectAltName={_alt_names(hosts)}\nextendedKeyUsage=serverAuth,clientAuth\n"
+        "keyUsage=digitalSignature,keyEncipherment\n",
+        "3650",
+    )
+
+
 def make(pki: Path) -> None:
-    """A CA, a serving certificate for the apiserver, and the service-account key pair."""
+    """A CA, a serving certificate for the apiserver, the service-account key pair, and the
+    front proxy's CA and client pair (in ``front-proxy/``)."""
     pki.mkdir(parents=True, exist_ok=True)
     days = "3650"
     _openssl(
@@ -166,3 +211,4 @@ def make(pki: Path) -> None:
     )
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    front_proxy(pki / "front-proxy")

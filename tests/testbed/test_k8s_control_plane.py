@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import K8s
 from tests.infra import k8s as k8s_infra
-from tests.infra import k8s_build
+from tests.infra import k8s_build, pki
 from tests.infra.waiting import wait_until
 
 CRD = {
@@ -279,3 +279,37 @@ def test_helm_template_of_a_chart_applies(k8s: K8s, namespace: str, tmp_path: Pa
 
     data = CoreV1Api(k8s.api).read_namespaced_config_map("demo-greeting", namespace).data
     assert data == {"greeting": "hi"}
+
+
+def test_the_service_range_holds_thousands_of_services_beside_the_kubernetes_one(
+    k8s: K8s, namespace: str
+) -> None:
+    """A /16: the operator makes a Service per ConsumerGroup, and a thousand groups must fit
+    (a /24 holds 254)."""
+    core = CoreV1Api(k8s.api)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "far"},
+        "spec": {"clusterIP": "10.0.200.10", "ports": [{"port": 80}]},
+    }
+
+    k8s.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(service))
+
+    assert core.read_namespaced_service("far", namespace).spec.cluster_ip == "10.0.200.10"
+    kubernetes = core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    assert kubernetes == pki.KUBERNETES_SERVICE_IP
+
+
+def test_the_apiserver_publishes_the_front_proxys_ca_for_aggregated_apis(k8s: K8s) -> None:
+    """What an aggregated API server (KEDA's metrics adapter) reads to trust the apiserver's
+    proxied requests."""
+    data = (
+        CoreV1Api(k8s.api)
+        .read_namespaced_config_map("extension-apiserver-authentication", "kube-system")
+        .data
+    )
+
+    assert "BEGIN CERTIFICATE" in data["requestheader-client-ca-file"]
+    assert json.loads(data["requestheader-allowed-names"]) == [pki.FRONT_PROXY_CLIENT]
+    assert json.loads(data["requestheader-username-headers"]) == ["X-Remote-User"]
