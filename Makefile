@@ -113,8 +113,8 @@ test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run e
 	fi
 
 .PHONY: bench
-bench: venv ## Set up the test bed (side by side) and run the benchmarks, printing their tables (B8 on the real node).
-	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed
+bench: venv ## Set up the test bed and KEDA (side by side) and run the benchmarks, printing their tables (B8 on the real node).
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed keda
 	$(PY) -m bench
 
 .PHONY: testbed
@@ -149,6 +149,10 @@ prometheus: venv ## Install Prometheus from Debian's packages if missing (root),
 .PHONY: grafana
 grafana: venv ## Build Grafana's backend from its Go module (once): the dashboards' queries run through its API.
 	@$(PY) -m tests.infra.grafana build >/dev/null
+
+.PHONY: keda
+keda: venv ## Build KEDA's operator and metrics adapter from its Go module (once; 10 to 20 minutes): tests and benchmarks run the real KEDA.
+	@$(PY) -m tests.infra.keda build >/dev/null
 
 .PHONY: k8s-tools
 k8s-tools: venv ## Build etcd, kube-apiserver, controller manager, scheduler, kubectl, helm, kwok (once).
