@@ -4,7 +4,8 @@ Owns: one Kafka broker per test session (``kafka_broker``, ``kafka``; ``kafka_sa
 SASL/SCRAM listener), factories for topics and
 consumer groups with unique names, a fast producer of numbered records; one Kubernetes control
 plane per session (``k8s``: kubeconfig, API client, kubectl) with a fresh ``namespace`` per
-test; and the report of a failed test (the broker's log path and its last lines).
+test; real KEDA on that control plane (``keda``); and the report of a failed test (the broker's
+log path and its last lines).
 
 A component that cannot be provided fails the test with the reason (a missing Java, a broker
 that would not start); nothing here skips.
@@ -12,6 +13,7 @@ that would not start); nothing here skips.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import itertools
@@ -37,6 +39,7 @@ from kafleet import ConsumerConfig, ParallelConsumer, load_config
 from tests.infra import images, node_host, node_runtime, processes
 from tests.infra import k8s as k8s_infra
 from tests.infra import kafka as kafka_infra
+from tests.infra import keda as keda_infra
 from tests.infra import node as node_infra
 from tests.infra import spark as spark_infra
 from tests.infra.kafka import TestbedError
@@ -158,6 +161,27 @@ def k8s() -> Iterator[K8s]:
     finally:
         api.close()
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def keda(k8s: K8s) -> Iterator[keda_infra.Keda]:
+    """KEDA's operator and metrics adapter (``tests/infra/keda.py``) on the session's control
+    plane, its external metrics API answering; stopped after the session. Built by ``make keda``,
+    never here (a build takes 10 to 20 minutes)."""
+    if keda_infra.built() is None:
+        pytest.fail(
+            f"KEDA {keda_infra.KEDA_VERSION} is not built ({keda_infra.BIN}): run `make keda` "
+            "(once; 10 to 20 minutes)",
+            pytrace=False,
+        )
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        try:
+            running = stack.enter_context(keda_infra.start_keda(k8s.plane))
+        except TestbedError as exc:
+            pytest.fail(f"the test bed could not start KEDA: {exc}", pytrace=False)
+        print(f"\nKEDA {keda_infra.KEDA_VERSION} answers in {time.monotonic() - started:.1f} s")
+        yield running
 
 
 @pytest.fixture(scope="session")
