@@ -1,0 +1,146 @@
+"""B9's topics on the test broker: one per group, each group's offsets at the log end, the lag
+step, and deleting them again, each timed.
+
+Owns: creating N topics of 8 partitions in chunks and waiting until every partition has a
+leader (creation is acknowledged before the broker has made the logs); if the broker refuses
+more, the topics it holds so far are the run's; a few records per partition and each group's
+committed offsets at the log end (one ``alter_consumer_group_offsets`` per group, all at once),
+so every group starts at lag 0; the step (records into some topics, timed at the producer's
+flush); deleting the topics, timed until the metadata no longer shows them and until the
+broker has closed their files.
+
+Does not own the groups in Kubernetes or any measurement of the scalers (``b9_fleet_scale.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+PARTITIONS = 8
+CHUNK = 100  # topics per CreateTopics / DeleteTopics request
+RECORDS_PER_PARTITION = 3
+
+
+def _open_files(pid: int, prefix: str) -> int:
+    """How many files the broker holds open in the folders of topics named ``prefix-*``."""
+    found = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found += f"/{prefix}-" in os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+    return found
+
+
+@dataclass
+class Topics:
+    """The run's topics (each also its group's id) on the broker ``broker_pid`` serves."""
+
+    bootstrap: str
+    broker_pid: int
+    names: list[str] = field(default_factory=list)
+    created_s: float = 0.0
+    refused: str = ""  # why the broker took no more, if it stopped short
+    prefix: str = ""
+
+    @cached_property
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create(self, prefix: str, count: int, timeout_s: float = 600) -> None:
+        """Create ``count`` topics (fewer if the broker refuses), wait until all have leaders."""
+        admin, started, self.prefix = self.admin, time.monotonic(), prefix
+        wanted = [f"{prefix}-{i:04d}" for i in range(count)]
+        for i in range(0, count, CHUNK):
+            chunk = [NewTopic(n, PARTITIONS, 1) for n in wanted[i : i + CHUNK]]
+            for name, future in admin.create_topics(chunk, request_timeout=120).items():
+                try:
+                    future.result(120)
+                    self.names.append(name)
+                except KafkaException as exc:
+                    self.refused = self.refused or f"{name}: {exc.args[0].str()}"
+            if self.refused:
+                break
+        deadline = time.monotonic() + timeout_s
+        while (ready := self._led(admin)) < len(self.names) * PARTITIONS:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{ready} of {len(self.names) * PARTITIONS} partitions led")
+            time.sleep(1)
+        self.created_s = time.monotonic() - started
+
+    def _led(self, admin: AdminClient) -> int:
+        topics = admin.list_topics(timeout=60).topics
+        return sum(
+            1
+            for name in self.names
+            if name in topics
+            for p in topics[name].partitions.values()
+            if p.leader >= 0 and p.error is None
+        )
+
+    def produce(self, names: list[str], per_partition: int) -> float:
+        """``per_partition`` records of 100 bytes into each partition of ``names``; the
+        monotonic time at which the last was acknowledged."""
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20})
+        failed: list[str] = []
+
+        def delivered(err: object, _: object) -> None:
+            if err is not None:
+                failed.append(str(err))
+
+        for name in names:
+            for n in range(per_partition * PARTITIONS):
+                producer.produce(name, b"x" * 100, partition=n % PARTITIONS, on_delivery=delivered)
+                producer.poll(0)
+        if producer.flush(120) or failed:
+            raise RuntimeError(f"records not delivered: {failed[:3]}")
+        return time.monotonic()
+
+    def fill(self) -> None:
+        self.produce(self.names, RECORDS_PER_PARTITION)
+        self.commit_at_end(self.names)
+
+    def commit_at_end(self, names: list[str]) -> None:
+        """Each group's (its topic's name) offsets at its topic's log end: lag 0."""
+        admin = self.admin
+        wanted = {
+            TopicPartition(n, p): OffsetSpec.latest() for n in names for p in range(PARTITIONS)
+        }
+        ends = {tp: f.result(60).offset for tp, f in admin.list_offsets(wanted).items()}
+        futures = [
+            future
+            for name in names
+            for future in admin.alter_consumer_group_offsets(
+                [
+                    ConsumerGroupTopicPartitions(
+                        name, [TopicPartition(name, p, ends[TopicPartition(name, p)])
+                               for p in range(PARTITIONS)]
+                    )
+                ]
+            ).values()
+        ]  # fmt: skip
+        for future in futures:
+            future.result(60)
+
+    def delete(self, timeout_s: float = 600) -> tuple[float, float]:
+        """Delete the topics; seconds until the metadata no longer lists them, and until the
+        broker has closed their files (it deletes them a minute later: file.delete.delay.ms)."""
+        admin, started = self.admin, time.monotonic()
+        for i in range(0, len(self.names), CHUNK):
+            for future in admin.delete_topics(self.names[i : i + CHUNK]).values():
+                future.result(120)
+        deadline = started + timeout_s
+        while set(self.names) & set(admin.list_topics(timeout=60).topics):
+            if time.monotonic() > deadline:
+                raise RuntimeError("deleted topics still listed")
+            time.sleep(0.5)
+        unlisted = time.monotonic() - started
+        while _open_files(self.broker_pid, self.prefix) and time.monotonic() < deadline:
+            time.sleep(1)
+        return unlisted, time.monotonic() - started

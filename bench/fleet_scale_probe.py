@@ -1,0 +1,252 @@
+"""B9's readers of what a process, the broker and the apiserver spend, and its fake sidecars.
+
+Owns: a process's figures from ``/proc/<pid>`` (CPU seconds, resident and peak memory, threads,
+open fds, established TCP connections to a port) and a ``Sampler`` that takes them every second
+over a window; the broker's request counters over JMX (the agent started in the running broker
+with ``jcmd ManagementAgent.start``, read with Kafka's own ``org.apache.kafka.tools.JmxTool``,
+so ``tests/infra/kafka.py`` is left as it is); the apiserver's ``apiserver_request_total`` from
+its ``/metrics``; and ``FakeSidecars``, one HTTP server answering every pod's ``/status`` with
+``{}``, so that kafleet's calls to sidecars cost a real request, not the 2 s timeout of an
+address kwok made up.
+
+Does not own what is measured when (``b9_fleet_scale.py``) or any workload.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from tests.infra import k8s
+from tests.infra import kafka as kafka_infra
+
+TICKS = os.sysconf("SC_CLK_TCK")
+ESTABLISHED = "01"
+LISTEN = "0A"
+# The broker's own requests (KRaft in the same JVM), not any client's.
+INTERNAL_REQUESTS = frozenset(
+    {"BrokerHeartbeat", "BrokerRegistration", "ControllerRegistration", "Vote",
+     "BeginQuorumEpoch", "EndQuorumEpoch", "DescribeQuorum", "UpdateRaftVoter"}
+)  # fmt: skip
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
+# The control plane's own heartbeats (kwok's nodes and their Leases), whatever runs.
+BACKGROUND = frozenset({"leases", "nodes"})
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    t: float
+    cpu_s: float
+    rss_mib: float
+    peak_rss_mib: float
+    threads: int
+    fds: int
+    connections: int  # established, to the port asked for
+
+
+def _status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            found.add(target[8:-1])
+    return found
+
+
+def _tcp_rows(pid: int) -> list[list[str]]:
+    rows: list[list[str]] = []
+    for table in ("tcp", "tcp6"):
+        lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        rows.extend(line.split() for line in lines)
+    return rows
+
+
+def connections(pid: int, port: int) -> int:
+    """The process's established TCP connections to ``port`` (any address)."""
+    inodes = _socket_inodes(pid)
+    return sum(
+        1
+        for row in _tcp_rows(pid)
+        if row[3] == ESTABLISHED and int(row[2].rsplit(":", 1)[1], 16) == port and row[9] in inodes
+    )
+
+
+def listening_pid(port: int) -> int | None:
+    """The pid of the process that listens on TCP ``port``, or None."""
+    inodes = {
+        row[9]
+        for row in _tcp_rows(os.getpid())
+        if row[3] == LISTEN and int(row[1].rsplit(":", 1)[1], 16) == port
+    }
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if inodes & _socket_inodes(int(pid)):
+                return int(pid)
+        except OSError:  # gone, or not ours to read
+            continue
+    return None
+
+
+def sample(pid: int, port: int) -> ProcSample:
+    stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    status = _status(pid)
+    return ProcSample(
+        time.monotonic(),
+        (int(stat[11]) + int(stat[12])) / TICKS,  # utime + stime
+        int(status["VmRSS"].split()[0]) / 1024,
+        int(status["VmHWM"].split()[0]) / 1024,
+        int(status["Threads"]),
+        len(os.listdir(f"/proc/{pid}/fd")),
+        connections(pid, port),
+    )
+
+
+class Sampler(threading.Thread):
+    """Samples each pid every ``every_s`` until ``stop()``; ``samples[pid]`` in order."""
+
+    def __init__(self, pids: list[int], port: int, every_s: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.pids, self.port, self.every_s = pids, port, every_s
+        self.samples: dict[int, list[ProcSample]] = {pid: [] for pid in pids}
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            for pid in self.pids:
+                self.samples[pid].append(sample(pid, self.port))
+            self.stopped.wait(self.every_s)
+
+    def stop(self) -> dict[int, list[ProcSample]]:
+        self.stopped.set()
+        self.join()
+        for pid in self.pids:  # the window ends now, for every pid alike
+            self.samples[pid].append(sample(pid, self.port))
+        return self.samples
+
+
+class BrokerJmx:
+    """The broker's ``kafka.network`` request counters over a JMX agent started in it."""
+
+    def __init__(self, broker_pid: int) -> None:
+        """Start the broker's JMX agent on a free loopback port, or use the one it runs."""
+        jcmd = ["jcmd", str(broker_pid)]
+        status = subprocess.run(
+            [*jcmd, "ManagementAgent.status"], check=True, capture_output=True, text=True
+        ).stdout
+        running = re.search(r"jmxremote\.port = (\d+)", status)
+        self.port = int(running[1]) if running else kafka_infra.free_port()
+        if running is None:
+            subprocess.run(
+                [*jcmd, "ManagementAgent.start", f"jmxremote.port={self.port}",
+                 f"jmxremote.rmi.port={self.port}", "jmxremote.authenticate=false",
+                 "jmxremote.ssl=false", f"jmxremote.host={kafka_infra.LOOPBACK}"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+
+    def requests(self) -> Counter[str]:
+        """Requests served so far by type (all versions), the broker's internal ones left out."""
+        url = f"service:jmx:rmi:///jndi/rmi://{kafka_infra.LOOPBACK}:{self.port}/jmxrmi"
+        done = subprocess.run(
+            ["java", "-Xmx128m", "-cp", f"{kafka_infra.libs_dir()}/*",
+             "org.apache.kafka.tools.JmxTool", "--jmx-url", url, "--one-time", "true",
+             "--object-name", "kafka.network:type=RequestMetrics,name=RequestsPerSec,*",
+             "--attributes", "Count", "--report-format", "properties"],
+            check=True, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        counts: Counter[str] = Counter()
+        for request, count in re.findall(r"request=(\w+),version=\d+:Count=(\d+)", done.stdout):
+            if request not in INTERNAL_REQUESTS:
+                counts[request] += int(count)
+        return counts
+
+
+REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$", re.M)
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def apiserver_requests(kubeconfig: Path) -> Counter[tuple[str, str]]:
+    """``apiserver_request_total`` by (verb, resource[/subresource]), summed over the rest."""
+    text = k8s.kubectl(kubeconfig, "get", "--raw", "/metrics", timeout=60)
+    counts: Counter[tuple[str, str]] = Counter()
+    for labels, value in REQUEST_TOTAL.findall(text):
+        found = dict(LABEL.findall(labels))
+        resource = found.get("resource", "")
+        if found.get("subresource"):
+            resource += "/" + found["subresource"]
+        counts[(found.get("verb", ""), resource)] += int(float(value))
+    return counts
+
+
+def api_rates(
+    before: Counter[tuple[str, str]], after: Counter[tuple[str, str]], minutes: float
+) -> tuple[float, float, dict[str, float]]:
+    """Writes and all requests (watches left out) per minute, and writes per resource per
+    minute, over everything but the control plane's own heartbeats."""
+    delta = after - before
+    kept = {k: v for k, v in delta.items() if k[1].split("/")[0] not in BACKGROUND}
+    writes: Counter[str] = Counter()
+    for (verb, resource), count in kept.items():
+        if verb in WRITES:
+            writes[resource] += count
+    every = sum(v for (verb, _), v in kept.items() if verb != "WATCH")
+    return (
+        sum(writes.values()) / minutes,
+        every / minutes,
+        {r: round(c / minutes, 1) for r, c in writes.most_common()},
+    )
+
+
+class FakeSidecars:
+    """Answers ``/<pod>/status`` for every pod with ``{}`` (no figures: the tuner holds)."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((kafka_infra.LOOPBACK, 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        """The operator's ``--sidecar-url`` template."""
+        return f"http://{kafka_infra.LOOPBACK}:{self.port}/{{pod}}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def port_of(bootstrap: str) -> int:
+    return int(bootstrap.rsplit(":", 1)[1])
+
+
+def broker_pid(bootstrap: str) -> int:
+    pid = listening_pid(port_of(bootstrap))
+    if pid is None:
+        raise RuntimeError(f"no process listens on {bootstrap}")
+    return pid
