@@ -246,7 +246,7 @@ def _one_size(ctx: Context, n: int, jmx: probe.BrokerJmx, window_s: float,
     unlisted, closed = topics.delete()
     notes.append(
         f"N={n}: {len(topics.names) * PARTITIONS:,} partitions created and led in "
-        f"{topics.created_s:.0f} s; deleted: unlisted after {unlisted:.0f} s, their files "
+        f"{topics.created_s:.1f} s; deleted: unlisted after {unlisted:.1f} s, their files "
         f"closed after {closed:.0f} s"
     )
     return measured

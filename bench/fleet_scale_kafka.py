@@ -2,12 +2,13 @@
 step, and deleting them again, each timed.
 
 Owns: creating N topics of 8 partitions in chunks and waiting until every partition has a
-leader (creation is acknowledged before the broker has made the logs); if the broker refuses
-more, the topics it holds so far are the run's; a few records per partition and each group's
-committed offsets at the log end (one ``alter_consumer_group_offsets`` per group, all at once),
-so every group starts at lag 0; the step (records into some topics, timed at the producer's
-flush); deleting the topics, timed until the metadata no longer shows them and until the
-broker has closed their files.
+leader (creation is acknowledged before the broker has made the logs); no more than the
+broker's open-file limit and ``vm.max_map_count`` leave room for (``room``), and if the
+broker refuses more, the topics it holds so far are the run's; a few records per partition and
+each group's committed offsets at the log end (one ``alter_consumer_group_offsets`` per group,
+all at once), so every group starts at lag 0; the step (records into some topics, timed at
+the producer's flush); deleting the topics, timed until the metadata no longer shows them and
+until the broker has closed their files.
 
 Does not own the groups in Kubernetes or any measurement of the scalers (``b9_fleet_scale.py``).
 """
@@ -15,9 +16,11 @@ Does not own the groups in Kubernetes or any measurement of the scalers (``b9_fl
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -25,6 +28,25 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 PARTITIONS = 8
 CHUNK = 100  # topics per CreateTopics / DeleteTopics request
 RECORDS_PER_PARTITION = 3
+# What a partition with records costs the broker, measured here: its open segment (one fd) and
+# its two memory-mapped indexes. Past its open-file limit the broker fails its log directory
+# and stops; past vm.max_map_count it cannot map indexes.
+FDS_PER_PARTITION, MAPS_PER_PARTITION, MARGIN = 1, 2, 500
+
+
+def room(pid: int) -> tuple[int, str]:
+    """How many more partitions the broker ``pid`` holds, and what limits it."""
+    limits = Path(f"/proc/{pid}/limits").read_text()
+    found = re.search(r"^Max open files\s+(\S+)", limits, re.M)
+    soft = 1 << 30 if found is None or found[1] == "unlimited" else int(found[1])
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    maps = len(Path(f"/proc/{pid}/maps").read_text().splitlines())
+    max_maps = int(Path("/proc/sys/vm/max_map_count").read_text())
+    by_fds = (soft - fds - MARGIN) // FDS_PER_PARTITION
+    by_maps = (max_maps - maps - MARGIN) // MAPS_PER_PARTITION
+    if by_fds <= by_maps:
+        return by_fds, f"its open-file limit {soft:,} ({fds:,} open)"
+    return by_maps, f"vm.max_map_count {max_maps:,} ({maps:,} mapped)"
 
 
 def _open_files(pid: int, prefix: str) -> int:
@@ -54,9 +76,14 @@ class Topics:
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
     def create(self, prefix: str, count: int, timeout_s: float = 600) -> None:
-        """Create ``count`` topics (fewer if the broker refuses), wait until all have leaders."""
+        """Create ``count`` topics (fewer if the broker has no room or refuses), and wait until
+        every partition has a leader."""
         admin, started, self.prefix = self.admin, time.monotonic(), prefix
-        wanted = [f"{prefix}-{i:04d}" for i in range(count)]
+        partitions, limit = room(self.broker_pid)
+        if partitions < count * PARTITIONS:
+            count = max(0, partitions // PARTITIONS)
+            self.refused = f"{limit} leaves room for {partitions:,} partitions"
+        wanted, failed = [f"{prefix}-{i:04d}" for i in range(count)], ""
         for i in range(0, count, CHUNK):
             chunk = [NewTopic(n, PARTITIONS, 1) for n in wanted[i : i + CHUNK]]
             for name, future in admin.create_topics(chunk, request_timeout=120).items():
@@ -64,8 +91,9 @@ class Topics:
                     future.result(120)
                     self.names.append(name)
                 except KafkaException as exc:
-                    self.refused = self.refused or f"{name}: {exc.args[0].str()}"
-            if self.refused:
+                    failed = f"{name}: {exc.args[0].str()}"
+            if failed:
+                self.refused = failed
                 break
         deadline = time.monotonic() + timeout_s
         while (ready := self._led(admin)) < len(self.names) * PARTITIONS:
