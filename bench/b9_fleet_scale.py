@@ -31,6 +31,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -70,20 +71,11 @@ class Run:
         return kubernetes.config.new_client_from_config(config_file=str(self.plane.kubeconfig))
 
     def apply(self, namespace: str, objects: list[dict[str, Any]]) -> None:
+        """Server-side, ``CHUNK`` objects a kubectl."""
+        args = ("apply", "--server-side", "--field-manager=b9", "-n", namespace, "-f", "-")
         for i in range(0, len(objects), CHUNK):
             items = {"apiVersion": "v1", "kind": "List", "items": objects[i : i + CHUNK]}
-            k8s.kubectl(
-                self.plane.kubeconfig,
-                "apply",
-                "--server-side",
-                "--field-manager=b9",
-                "-n",
-                namespace,
-                "-f",
-                "-",
-                input=json.dumps(items),
-                timeout=300,
-            )
+            k8s.kubectl(self.plane.kubeconfig, *args, input=json.dumps(items), timeout=300)
 
     @contextmanager
     def namespace(self, name: str) -> Iterator[str]:
@@ -101,9 +93,12 @@ class Run:
         ready: Callable[[], int],
         read: Callable[[str], tuple[bool, int]],
         pids: dict[str, int],
+        logs: dict[Path, str],
         passes: Callable[[], float] | None = None,
     ) -> None:
-        """Apply, settle, a window at rest, the step."""
+        """Apply, settle, a window at rest, the step; the errors the scaler logged meanwhile
+        (``logs``: each log and how it marks an error)."""
+        sizes = {log: log.stat().st_size for log in logs}
         started = time.monotonic()
         self.apply(ns, objects)
         figures.settle(measured, started, ready)
@@ -114,6 +109,10 @@ class Run:
         )
         started = self.topics.produce(self.step, STEP_RECORDS // PARTITIONS)
         figures.watch_step(measured, started, self.step, read, STEP_TIMEOUT_S)
+        for log, marker in logs.items():
+            with log.open("rb") as lines:
+                lines.seek(sizes[log])
+                measured.log_errors += sum(marker.encode() in line for line in lines)
 
 
 def _nodes(plane: k8s.ControlPlane, pods: int) -> None:
@@ -174,7 +173,8 @@ def _kafleet(run: Run, bootstrap: str) -> Measured:
 
         try:
             pids = {"kafleet-operator": pid}
-            run.measure(measured, ns, groups, ready, read, pids, lambda: _passes(metrics))
+            log = {run.plane.log_path("kafleet-operator"): " ERROR "}
+            run.measure(measured, ns, groups, ready, read, pids, log, lambda: _passes(metrics))
         finally:
             processes.stop(pid, timeout=30)
             sidecars.close()
@@ -215,7 +215,8 @@ def _keda(run: Run, bootstrap: str) -> Measured:
 
         run.apply(ns, deployments)
         try:
-            run.measure(measured, ns, scaled, ready, read, keda.pids)
+            logs = dict.fromkeys(keda.logs.values(), '"level":"error"')
+            run.measure(measured, ns, scaled, ready, read, keda.pids, logs)
         finally:  # while KEDA runs: its finalizer would hold them
             run.plane.kubectl("delete", "scaledobjects", "--all", "-n", ns, "--timeout=600s",
                               check=False)  # fmt: skip

@@ -40,9 +40,8 @@ class Measured:
     fds: int = 0
     connections: int = 0
     kafka: dict[str, int] = field(default_factory=dict)  # requests over the window, by type
-    writes_per_min: float = 0.0
-    requests_per_min: float = 0.0
-    writes_by_resource: dict[str, float] = field(default_factory=dict)
+    api_per_min: dict[str, float] = field(default_factory=dict)  # by "VERB resource"
+    log_errors: int = 0  # from the apply to the step's end
     passes_per_group_min: float | None = None
     decision_s: list[float] = field(default_factory=list)
     full_s: list[float] = field(default_factory=list)
@@ -93,8 +92,7 @@ def measure(
     measured.window_s = first[-1].t - first[0].t
     if passes:
         measured.passes_per_group_min = passed / measured.groups / (measured.window_s / 60)
-    rates = probe.api_rates(api_before, api_after, measured.window_s / 60)
-    measured.writes_per_min, measured.requests_per_min, measured.writes_by_resource = rates
+    measured.api_per_min = probe.api_rates(api_before, api_after, measured.window_s / 60)
     measured.kafka = dict((kafka_after - kafka_before).most_common())
     for name, pid in pids.items():
         runs = samples[pid]
@@ -158,10 +156,11 @@ def rows(measured: Measured, steps: int) -> dict[str, float | str | None]:
         "broker connections": measured.connections,
         "Kafka requests per tick": sum(kafka.values()) / ticks,
         **{f"  {r} per tick": kafka[r] / ticks for r in ("ListOffsets", "Metadata", "OffsetFetch")},
-        "apiserver writes/min": measured.writes_per_min,
-        "apiserver requests/min": measured.requests_per_min,
+        "apiserver writes/min": probe.writes(measured.api_per_min),
+        "apiserver requests/min": sum(measured.api_per_min.values()),
         "passes per group per min": measured.passes_per_group_min,
         **timed,
+        "errors logged, apply to step's end": measured.log_errors,
         f"decided / full, of {steps}": f"{len(measured.decision_s)} / {len(measured.full_s)}",
     }
 

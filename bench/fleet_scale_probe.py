@@ -194,21 +194,19 @@ def apiserver_requests(kubeconfig: Path) -> Counter[tuple[str, str]]:
 
 def api_rates(
     before: Counter[tuple[str, str]], after: Counter[tuple[str, str]], minutes: float
-) -> tuple[float, float, dict[str, float]]:
-    """Writes and all requests (watches left out) per minute, and writes per resource per
-    minute, over everything but the control plane's own heartbeats."""
-    delta = after - before
-    kept = {k: v for k, v in delta.items() if k[1].split("/")[0] not in BACKGROUND}
-    writes: Counter[str] = Counter()
-    for (verb, resource), count in kept.items():
-        if verb in WRITES:
-            writes[resource] += count
-    every = sum(v for (verb, _), v in kept.items() if verb != "WATCH")
-    return (
-        sum(writes.values()) / minutes,
-        every / minutes,
-        {r: round(c / minutes, 1) for r, c in writes.most_common()},
-    )
+) -> dict[str, float]:
+    """Requests per minute by "VERB resource", watches and the control plane's own heartbeats
+    left out, most first."""
+    return {
+        f"{verb} {resource}": round(count / minutes, 1)
+        for (verb, resource), count in (after - before).most_common()
+        if verb != "WATCH" and resource.split("/")[0] not in BACKGROUND
+    }
+
+
+def writes(rates: dict[str, float]) -> float:
+    """The writes among ``api_rates``."""
+    return sum(rate for key, rate in rates.items() if key.split()[0] in WRITES)
 
 
 class FakeSidecars:
