@@ -1,14 +1,16 @@
 """One pass's autoscaling step: read the group's lag from Kafka, wish and decide replicas.
 
-Owns: the lag client of each group (in the pass's memo: connecting as the workers do, with
-the passwords of the Secrets the spec names), the histories the policies read (offsets for
-the time lag and the rates, wishes for the stabilization windows, the recent scale ups for
-the HPA-style policies; ``histories.py``, sized from the policy), when this process began
-watching the group (no scale down before a whole window: a restart forgets the window), the
-failed reads in a row (``fallback``), the sidecars' verdicts with ``exclude_persistent_lag``,
-writing the lag figures to the status, and scaling through the ``scale`` subresource (as
-``kubectl scale`` and an HPA do), with an Event for every change. Returns the ``Degraded``
-condition that reading the lag gave and the ``Active`` one (lag over ``activation_lag``).
+Owns: where each group reads its offsets (``target``: its cluster, connecting as the workers
+do, with the passwords of the Secrets the spec names; ``periodic.py`` reads each cluster once
+for all its groups and leaves the snapshot in the memo), the histories the policies read
+(offsets for the time lag and the rates, wishes for the stabilization windows, the recent
+scale ups for the HPA-style policies; ``histories.py``, sized from the policy), when this
+process began watching the group (no scale down before a whole window: a restart forgets the
+window), the failed reads in a row (``fallback``), the sidecars' verdicts with
+``exclude_persistent_lag``, writing the lag figures to the status, and scaling through the
+``scale`` subresource (as ``kubectl scale`` and an HPA do) and the Deployment in the same
+pass, with an Event for every change. Returns the ``Degraded`` condition that reading the lag
+gave and the ``Active`` one (lag over ``activation_lag``).
 
 A read that fails is unknown, not zero: the replicas are held (or fall back), the pass says
 ``Degraded`` with the reason. A topic that does not exist is named (``Degraded``), and the
@@ -27,15 +29,26 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from kubernetes import client as k8s
 
-from kafleet_operator import credentials, histories, lag_reader, metrics, scaling, sidecars
+from kafleet.errors import ConfigError
+from kafleet_operator import (
+    builders,
+    clusters,
+    credentials,
+    histories,
+    lag_reader,
+    metrics,
+    periodic,
+    scaling,
+    sidecars,
+)
 from kafleet_operator.autopilot import Autoscaling
 from kafleet_operator.conditions import Condition, condition
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
-from kafleet_operator.kube import client, post_event
-from kafleet_operator.spec import ParsedSpec
+from kafleet_operator.kube import NotOwnedError, apply, client, post_event
+from kafleet_operator.spec import ParsedSpec, parse_spec
 
 log = logging.getLogger("kafleet.operator")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -55,10 +68,50 @@ def _memory(memo: Any, parsed: ParsedSpec, now: float) -> Any:
     memo["wishes"].horizon_s = max(
         policy.scale_down_stabilization_s, policy.scale_up_stabilization_s
     )
-    if "reader" not in memo:
-        memo["reader"] = lag_reader.LagReader()
-        memo["secrets"] = credentials.Credentials(credentials.secret_reader(client()))
     return memo
+
+
+def target(body: Mapping[str, Any], memo: Any) -> clusters.Target | None:
+    """Where the group reads its offsets this pass (``periodic.py`` reads each cluster once
+    for all its groups): connecting as its workers do, with the passwords of the Secrets
+    its spec names. None when it reads nothing: an invalid spec (the pass reports it), or a
+    Secret that cannot be read (kept in the memo for the pass to report)."""
+    meta = body["metadata"]
+    generation = meta.get("generation", 0)
+    cached = memo.get("parsed")
+    if cached is None or cached[0] != generation:
+        try:
+            cached = memo["parsed"] = (generation, parse_spec(dict(body["spec"])))
+        except ConfigError:
+            memo.pop("parsed", None)
+            return None
+    parsed: ParsedSpec = cached[1]
+    if "secrets" not in memo:
+        memo["secrets"] = credentials.Credentials(credentials.secret_reader(client()))
+    try:
+        security = memo["secrets"].get(parsed.fleet.security, meta["namespace"])
+    except credentials.CredentialsError as exc:
+        memo[periodic.KAFKA] = (exc, None)
+        return None
+    worker = parsed.worker
+    want = clusters.Want(worker.group_id, tuple(worker.topics), worker.topic_pattern)
+    return clusters.Target(worker.bootstrap_servers, security, want)
+
+
+def _reading(memo: Any, parsed: ParsedSpec) -> lag_reader.LagReading:
+    """This pass's reading of the group, from its cluster's snapshot; raises what kept it."""
+    worker, policy = parsed.worker, parsed.fleet.autoscaling
+    source, want = memo.pop(periodic.KAFKA, (None, None))
+    if isinstance(source, Exception):
+        raise source
+    if source is None or want is None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "not read yet"))
+    return lag_reader.lag_of(
+        source,
+        want,
+        worker.auto_offset_reset == "earliest",
+        policy is not None and policy.scale_to_zero_on_invalid_offset,
+    )
 
 
 def observe_lag(
@@ -75,26 +128,17 @@ def observe_lag(
     worker, policy = parsed.worker, parsed.fleet.autoscaling
     now = time.time()
     memo = _memory(memo, parsed, now)
-    reader, secrets = memo["reader"], memo["secrets"]
     namespace, name = body.metadata["namespace"], body.metadata["name"]
     try:
-        security = secrets.get(parsed.fleet.security, namespace)
-        reading = reader.read(
-            worker.bootstrap_servers,
-            worker.group_id,
-            security,
-            list(worker.topics),
-            worker.topic_pattern,
-            worker.auto_offset_reset == "earliest",
-            policy is not None and policy.scale_to_zero_on_invalid_offset,
-        )
+        reading = _reading(memo, parsed)
     except credentials.CredentialsError as exc:
         return _unreadable(body, parsed, patch, memo, replicas, exc.reason, f"{exc}")
     except lag_reader.LagUnreadableError as exc:
         return _unreadable(body, parsed, patch, memo, replicas, "LagUnreadable", f"{exc}")
     except KafkaException as exc:
         if lag_reader.is_authentication_failure(exc):
-            secrets.forget()  # the next pass reads the Secrets again: they may be rotated
+            if "secrets" in memo:
+                memo["secrets"].forget()  # read again next pass: they may be rotated
             message = (
                 f"bootstrap_servers {worker.bootstrap_servers} refused the credentials of "
                 f"spec.security: {lag_reader.describe(exc)}"
@@ -162,7 +206,8 @@ def observe_lag(
             steps=memo["steps"],
             since_scale_s=_since_scale(memo, status, now),
         )
-        _apply(body, patch, memo, decision, now, f"lag {lag} over {reading.partitions} partitions")
+        why = f"lag {lag} over {reading.partitions} partitions"
+        _apply(body, parsed, patch, memo, decision, now, why)
     return degraded, [active_condition]
 
 
@@ -187,7 +232,7 @@ def _unreadable(
     if policy is not None:
         decision = scaling.unreadable(replicas, memo["failures"], policy)
         why = f"lag unknown ({memo['failures']} failed reads in a row)"
-        _apply(body, patch, memo, decision, time.time(), why)
+        _apply(body, parsed, patch, memo, decision, time.time(), why)
         message += (
             f"; falling back to {decision.replicas} replicas"
             if decision.reason == "Fallback"
@@ -206,6 +251,17 @@ def _persistent(namespace: str, name: str) -> dict[str, str]:
     return statuses
 
 
+def _deployment_to(body: kopf.Body, parsed: ParsedSpec, replicas: int) -> None:
+    """The Deployment at the new count in the same pass, not after the reconcile that the
+    new ``spec.replicas`` starts (kopf may have a queue of events before it); that
+    reconcile then applies the same, which changes nothing."""
+    owner = {"apiVersion": body["apiVersion"], "kind": body["kind"], "metadata": body.metadata}
+    try:
+        apply(builders.deployment(dict(owner), parsed, replicas))
+    except (NotOwnedError, k8s.ApiException) as exc:  # the reconcile says why (Degraded)
+        log.warning("%s: the Deployment waits for the reconcile: %s", body.metadata["name"], exc)
+
+
 def _since_scale(memo: Any, status: Mapping[str, Any], now: float) -> float | None:
     last = memo.get("last_scale")
     if last is None and status.get("lastScaleTime"):  # before this process: the status says
@@ -218,6 +274,7 @@ def _since_scale(memo: Any, status: Mapping[str, Any], now: float) -> float | No
 
 def _apply(
     body: kopf.Body,
+    parsed: ParsedSpec,
     patch: kopf.Patch,
     memo: Any,
     decision: scaling.Decision,
@@ -241,6 +298,7 @@ def _apply(
         body.metadata["name"],
         {"spec": {"replicas": decision.replicas}},
     )
+    _deployment_to(body, parsed, decision.replicas)
     if measured := metrics.of(memo):
         measured.scaled(decision.current, decision.replicas)
     patch.status["lastScaleTime"] = time.strftime(TIME_FORMAT, time.gmtime(now))

@@ -112,12 +112,31 @@ TUNINGS = Counter(
     LABELS,
     registry=REGISTRY,
 )
+# The operator as a whole: how many clusters it reads (one Kafka client each, in a process of
+# its own), how long a read of a cluster takes (every group of it at once), and how often it
+# writes a group's status (only when something changed: a fleet at rest writes none).
+KAFKA_CLUSTERS = Gauge(
+    "kafleet_operator_kafka_clusters",
+    "Kafka clusters read, one client each (groups that connect the same way share one)",
+    registry=REGISTRY,
+)
+KAFKA_READ_SECONDS = Histogram(
+    "kafleet_operator_kafka_read_duration_seconds",
+    "how long one read of a cluster's offsets took, for all its groups at once",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+STATUS_WRITES = Counter(
+    "kafleet_operator_status_writes",
+    "status patches of ConsumerGroups by the periodic pass (a group at rest gets none)",
+    registry=REGISTRY,
+)
 FAMILIES = (
     PASSES, PASS_SECONDS, LAG, TIME_LAG, LAG_FAILURES, DESIRED, PAUSED, READY, SCALES,
     MAX_POLL_RECORDS, TUNINGS,
 )  # fmt: skip
 # Every family a dashboard or an alert may read.
-EXPORTED = (BUILD_INFO, RECONCILES, *FAMILIES)
+EXPORTED = (BUILD_INFO, RECONCILES, KAFKA_CLUSTERS, KAFKA_READ_SECONDS, STATUS_WRITES, *FAMILIES)
 # Counted from a group's first pass, so "none yet" reads 0 rather than "No data". The gauges
 # have a series only once their value is known: a lag never read is absent, not 0, so an alert
 # on absent lag fires and one on high lag is not silenced by a made-up 0.

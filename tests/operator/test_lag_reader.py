@@ -1,6 +1,7 @@
-"""The operator's lag reader on a cluster that authenticates: with the group's SASL/SCRAM
-credentials it reads committed and log-end offsets; with a wrong password it says
-authentication failed, at once, instead of waiting out its timeout with a transport error."""
+"""The operator reads every group of a cluster in one snapshot, from a process of its own: the
+committed and log-end offsets of many groups at once, over SASL with the groups' credentials;
+a wrong password says authentication failed at once; a reading process that dies costs one
+read, and the next one starts afresh."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafleet.security import Security
-from kafleet_operator import lag_reader
+from kafleet_operator import clusters, lag_reader, readers
 from tests.conftest import TopicFactory
 from tests.infra.kafka import SaslListener
 from tests.infra.records import ProduceReport
@@ -26,14 +27,18 @@ def scram(listener: SaslListener, password: str | None = None) -> Security:
     )
 
 
-def commit(listener: SaslListener, group: str, topic: str, offsets: dict[int, int]) -> None:
-    committer = Consumer({**listener.properties(), "group.id": group})
+def commit(properties: dict[str, str], group: str, topic: str, offsets: dict[int, int]) -> None:
+    committer = Consumer({**properties, "group.id": group})
     try:
         committer.commit(
             offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False
         )
     finally:
         committer.close()
+
+
+def reader(bootstrap: str, security: Security) -> readers.Reader:
+    return readers.Reader(clusters.Target(bootstrap, security, clusters.Want("")))
 
 
 def test_lag_is_read_over_sasl_with_the_groups_credentials(
@@ -45,60 +50,88 @@ def test_lag_is_read_over_sasl_with_the_groups_credentials(
     topic, group = topic_factory(partitions=2), group_id()
     produce(topic, 30, partition=0)
     produce(topic, 20, partition=1)
-    commit(kafka_sasl, group, topic, {0: 25})
+    commit(kafka_sasl.properties(), group, topic, {0: 25})
+    want = clusters.Want(group, (topic,))
 
-    reader = lag_reader.LagReader()
+    child = reader(kafka_sasl.bootstrap, scram(kafka_sasl))
     try:
-        reading = reader.read(kafka_sasl.bootstrap, group, scram(kafka_sasl), [topic])
+        snapshot = child.read([want])
     finally:
-        reader.close()
+        child.close()
 
+    assert isinstance(snapshot, clusters.Snapshot)
+    reading = lag_reader.lag_of(snapshot, want)
     assert reading.committed == {(topic, 0): 25, (topic, 1): None}
     assert reading.ends == {(topic, 0): 30, (topic, 1): 20}
     assert reading.lag == {(topic, 0): 5, (topic, 1): 20}  # no commit: read from the earliest
+
+
+def test_one_read_serves_every_group_of_the_cluster(
+    kafka: str,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    group_id: Callable[[], str],
+) -> None:
+    topics = [topic_factory(partitions=4) for _ in range(3)]
+    wants = []
+    for n, topic in enumerate(topics):
+        produce(topic, 40)
+        group = group_id()
+        commit({"bootstrap.servers": kafka}, group, topic, dict.fromkeys(range(4), n))
+        wants.append(clusters.Want(group, (topic,)))
+    view = clusters.View(kafka, Security())
+
+    snapshot = view.read(wants)
+
+    for n, want in enumerate(wants):
+        reading = lag_reader.lag_of(snapshot, want)
+        assert reading.partitions == 4
+        assert reading.total == 40 - 4 * n
+    assert snapshot.starts == {}  # every group committed: no log-start offsets asked
 
 
 def test_a_wrong_password_is_an_authentication_error_before_the_timeout(
     kafka_sasl: SaslListener, topic_factory: TopicFactory, group_id: Callable[[], str]
 ) -> None:
     topic = topic_factory(partitions=1)
-    reader = lag_reader.LagReader()
+    child = reader(kafka_sasl.bootstrap, scram(kafka_sasl, "wrong"))
     started = time.monotonic()
     try:
-        with pytest.raises(KafkaException) as caught:
-            reader.read(kafka_sasl.bootstrap, group_id(), scram(kafka_sasl, "wrong"), [topic])
+        found = child.read([clusters.Want(group_id(), (topic,))])
     finally:
-        reader.close()
+        child.close()
 
-    error = caught.value.args[0]
+    assert isinstance(found, KafkaException)
+    error = found.args[0]
     assert error.code() == KafkaError._AUTHENTICATION
     assert "invalid credentials" in error.str()
-    assert "wrong" not in str(caught.value)  # the password is never in the message
-    assert lag_reader.is_authentication_failure(caught.value)
+    assert "wrong" not in str(found)  # the password is never in the message
+    assert lag_reader.is_authentication_failure(found)
     assert time.monotonic() - started < lag_reader.TIMEOUT_S  # not a hang until the timeout
 
 
-def test_the_client_is_kept_while_the_credentials_stay_and_dropped_when_they_are_refused(
-    kafka_sasl: SaslListener, topic_factory: TopicFactory, group_id: Callable[[], str]
+def test_a_reading_process_that_dies_costs_one_read_and_the_next_starts_afresh(
+    kafka: str, topic_factory: TopicFactory, group_id: Callable[[], str]
 ) -> None:
-    topic, group = topic_factory(partitions=1), group_id()
-    reader = lag_reader.LagReader()
+    """librdkafka#5040: an admin client's OffsetFetch that answers NOT_COORDINATOR crashes the
+    process. The operator's own process must not be the one."""
+    want = clusters.Want(group_id(), (topic_factory(partitions=1),))
+    child = reader(kafka, Security())
     try:
-        reading = reader.read(kafka_sasl.bootstrap, group, scram(kafka_sasl), [topic])
-        first = reader.client
-        reader.read(kafka_sasl.bootstrap, group, scram(kafka_sasl), [topic])
-        assert reader.client is first
+        assert isinstance(child.read([want]), clusters.Snapshot)
+        first = child.process
+        first.kill()  # as a segfault would
+        first.join(5)
 
-        with pytest.raises(KafkaException):  # a rotated Secret whose password the broker refuses
-            reader.read(kafka_sasl.bootstrap, group, scram(kafka_sasl, "rotated"), [topic])
-        assert reader.client is None
-
-        reader.read(kafka_sasl.bootstrap, group, scram(kafka_sasl), [topic])
-        assert reader.client is not None
-        assert reader.client is not first
-        assert reading.ends == {(topic, 0): 0}
+        failed = child.read([want])
+        again = child.read([want])
     finally:
-        reader.close()
+        child.close()
+
+    assert isinstance(failed, KafkaException)
+    assert "process stopped" in str(failed.args[0].str())
+    assert isinstance(again, clusters.Snapshot)
+    assert child.process is None or child.process is not first
 
 
 def test_a_group_without_commits_reading_from_latest_counts_one_record_per_partition(
@@ -111,56 +144,54 @@ def test_a_group_without_commits_reading_from_latest_counts_one_record_per_parti
     min_replicas 0 was scaled to zero before any worker committed: KEDA counts 1."""
     topic, group = topic_factory(partitions=2), group_id()
     produce(topic, 10)
-    reader = lag_reader.LagReader()
-    try:
-        counted = reader.read(kafka, group, Security(), [topic], reset_earliest=False)
-        opted_out = reader.read(
-            kafka, group, Security(), [topic], reset_earliest=False, zero_without_commit=True
-        )
-    finally:
-        reader.close()
+    want = clusters.Want(group, (topic,))
+    snapshot = clusters.View(kafka, Security()).read([want])
+
+    counted = lag_reader.lag_of(snapshot, want, reset_earliest=False)
+    opted_out = lag_reader.lag_of(snapshot, want, reset_earliest=False, zero_without_commit=True)
 
     assert counted.lag == {(topic, 0): 1, (topic, 1): 1}
     assert opted_out.lag == {(topic, 0): 0, (topic, 1): 0}
 
 
-class OnePartitionUnreadable:
-    """The real client, except that one partition's watermarks fail (its leader is down)."""
+def test_a_partition_whose_offsets_cannot_be_read_is_unknown_not_zero() -> None:
+    """Defect 12: an unreadable partition read as low = high = 0 (lag 0, the fleet shrank)."""
+    timed_out = clusters.Failure(KafkaError._TIMED_OUT, "leader not available")
+    snapshot = clusters.Snapshot(
+        topics={"orders": (0, 1)},
+        ends={("orders", 0): 10},
+        unreadable={("orders", 1): timed_out},
+        committed={"billing": {("orders", 0): 5, ("orders", 1): 5}},
+    )
 
-    def __init__(self, real: lag_reader.LagClient, topic: str) -> None:
-        self.real, self.topic, self.watermark_calls = real, topic, 0
-        self.consumer = self
+    with pytest.raises(lag_reader.LagUnreadableError) as caught:
+        lag_reader.lag_of(snapshot, clusters.Want("billing", ("orders",)))
 
-    def metadata(self) -> object:
-        return self.real.metadata()
-
-    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        return list(self.real.consumer.committed(tps, timeout=timeout))
-
-    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
-        self.watermark_calls += 1
-        if tp.partition >= 1:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "leader not available"))
-        return tuple(self.real.consumer.get_watermark_offsets(tp, timeout=timeout))  # type: ignore[return-value]
+    assert "orders[1]" in str(caught.value)
+    assert "leader not available" in str(caught.value)
 
 
-def test_a_partition_whose_offsets_cannot_be_read_is_unknown_not_zero_and_fails_fast(
-    kafka: str,
-    topic_factory: TopicFactory,
-    produce: Callable[..., ProduceReport],
-    group_id: Callable[[], str],
-) -> None:
-    """Defect 12: an unreadable partition read as low = high = 0 (lag 0, the fleet shrank),
-    and each one cost a timeout. Now the reading fails at the first, naming the partition."""
-    topic, group = topic_factory(partitions=4), group_id()
-    produce(topic, 40)
-    real = lag_reader.LagClient(kafka, group, Security())
-    flaky = OnePartitionUnreadable(real, topic)
-    try:
-        with pytest.raises(lag_reader.LagUnreadableError) as caught:
-            lag_reader.read_lag(flaky, [topic])  # type: ignore[arg-type]
-    finally:
-        real.close()
+def test_a_group_whose_committed_offsets_cannot_be_read_raises_kafkas_words() -> None:
+    moving = clusters.Failure(KafkaError.NOT_COORDINATOR, "Broker: Not coordinator")
+    snapshot = clusters.Snapshot(
+        topics={"orders": (0,)}, ends={("orders", 0): 10}, committed={"billing": moving}
+    )
 
-    assert f"{topic}[1]" in str(caught.value)
-    assert flaky.watermark_calls == 2  # partition 0, then the first failure: no more
+    with pytest.raises(KafkaException) as caught:
+        lag_reader.lag_of(snapshot, clusters.Want("billing", ("orders",)))
+
+    assert lag_reader.describe(caught.value) == "Broker: Not coordinator"
+
+
+def test_a_topic_that_does_not_exist_is_named_and_the_others_are_read() -> None:
+    snapshot = clusters.Snapshot(
+        topics={"orders": (0,)},
+        ends={("orders", 0): 10},
+        starts={("orders", 0): 4},
+        committed={"billing": {}},
+    )
+
+    reading = lag_reader.lag_of(snapshot, clusters.Want("billing", ("orders", "refunds")))
+
+    assert reading.missing_topics == ["refunds"]
+    assert reading.lag == {("orders", 0): 6}  # no commit: from the log start

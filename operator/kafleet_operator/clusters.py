@@ -1,0 +1,255 @@
+"""One Kafka view per cluster: every watched group's offsets, read together once a pass.
+
+Owns: one admin client per distinct Kafka connection (bootstrap servers plus the security
+settings, passwords included, judged by a digest of them, never by keeping them), shared by
+every ConsumerGroup that connects the same way; and reading, for all those groups at once, in
+a bounded number of requests (``View.read``):
+
+- the topics and their partitions, from metadata cached for ``METADATA_TTL_S`` (asked again at
+  once when a group names a topic it has not seen, or the offsets topic is not there yet);
+- the log-end offset of every watched partition in one ``list_offsets`` call (librdkafka sends
+  one request per leader), and the log-start offset of the partitions some group has not
+  committed yet (what ``auto_offset_reset: earliest`` counts), likewise;
+- each group's committed offsets (``list_consumer_group_offsets``, one group per request as
+  librdkafka allows, all in flight together), asked again while a coordinator moves or loads.
+
+A cluster that cannot be reached, or refuses the credentials, fails its own snapshot. Not read
+while the cluster has no offsets topic (no group has ever committed there): committed offsets
+are then known to be none.
+
+librdkafka (2.16, and its master as of this writing: confluentinc/librdkafka#5040) crashes the
+process when an admin client's OffsetFetch answers NOT_COORDINATOR or another error that asks
+for a coordinator refresh (a coordinator moving: a broker restarting, a new offsets topic): it
+asks the client's consumer group, which an admin client does not have, to look the
+coordinator up. So a ``View`` runs in a process of its own (``readers.py``), never in the
+operator's.
+
+Does not own the process (``readers.py``), what the offsets mean (``lag_reader.py``: a group's
+lag from a snapshot) or where the passwords come from (``credentials.py``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from kafleet.security import Security
+
+TP = tuple[str, int]
+TIMEOUT_S = 10.0
+METADATA_TTL_S = 60.0
+METADATA_TRY_S = 0.5  # how often a metadata request gives a reported auth failure a look
+RETRY_S = 0.2
+OFFSETS_TOPIC = "__consumer_offsets"
+LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A Kafka error as a snapshot carries it (librdkafka's errors do not pickle, and a
+    snapshot crosses from the reading process, ``readers.py``)."""
+
+    code: int
+    text: str
+
+    @classmethod
+    def of(cls, exc: KafkaException) -> Failure:
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError):
+            return cls(error.code(), error.str())
+        return cls(KafkaError._FAIL, str(exc))
+
+    def exception(self) -> KafkaException:
+        return KafkaException(KafkaError(self.code, self.text))
+
+
+@dataclass(frozen=True)
+class Want:
+    """What one group asks of its cluster: its group id and its topics (or pattern)."""
+
+    group_id: str
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One read of a cluster: the partitions of every topic, offsets of the watched ones."""
+
+    topics: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    ends: dict[TP, int] = field(default_factory=dict)
+    starts: dict[TP, int] = field(default_factory=dict)
+    unreadable: dict[TP, Failure] = field(default_factory=dict)
+    committed: dict[str, dict[TP, int | None] | Failure] = field(default_factory=dict)
+    at: float = 0.0
+
+    def partitions(self, want: Want) -> tuple[list[TP], list[str]]:
+        """The partitions a group watches, and the topics it names that do not exist."""
+        if want.topic_pattern:
+            pattern = re.compile(want.topic_pattern)
+            chosen = [t for t in self.topics if pattern.match(t) and not t.startswith("__")]
+            missing: list[str] = []
+        else:
+            chosen = [t for t in want.topics if t in self.topics]
+            missing = [t for t in want.topics if t not in self.topics]
+        return [(t, p) for t in sorted(chosen) for p in self.topics[t]], missing
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one group reads its offsets: a connection (``key``, a digest of how it
+    connects: groups with the same one share a view) and what it wants there."""
+
+    bootstrap: str
+    security: Security
+    want: Want
+
+    @functools.cached_property
+    def key(self) -> str:
+        rendered = json.dumps([self.bootstrap, self.security.properties()], sort_keys=True)
+        return hashlib.sha256(rendered.encode()).hexdigest()
+
+
+class View:
+    """One cluster, as every group that connects to it the same way sees it."""
+
+    def __init__(self, bootstrap: str, security: Security) -> None:
+        self.bootstrap = bootstrap
+        self.authentication_error: KafkaError | None = None
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap, **security.properties()}
+        config["error_cb"] = self._on_error
+        self.admin = AdminClient(config)
+        self._topics: dict[str, tuple[int, ...]] = {}
+        self._topics_at = -METADATA_TTL_S
+        self.used_at = time.monotonic()
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            self.authentication_error = error
+
+    def _metadata(self, deadline: float) -> dict[str, tuple[int, ...]]:
+        """Every topic's partitions; raises the authentication failure as soon as it is known."""
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                found = self.admin.list_topics(timeout=max(0.1, min(METADATA_TRY_S, remaining)))
+            except KafkaException:
+                self.admin.poll(0)  # serves error_cb
+                if self.authentication_error is not None:
+                    raise KafkaException(self.authentication_error) from None
+                if remaining <= METADATA_TRY_S:
+                    raise
+                continue
+            return {name: tuple(sorted(t.partitions)) for name, t in found.topics.items()}
+
+    def topics(self, wants: Iterable[Want], deadline: float) -> dict[str, tuple[int, ...]]:
+        named = {t for w in wants for t in w.topics}
+        stale = time.monotonic() - self._topics_at > METADATA_TTL_S
+        if stale or OFFSETS_TOPIC not in self._topics or not named <= self._topics.keys():
+            self._topics, self._topics_at = self._metadata(deadline), time.monotonic()
+        return self._topics
+
+    def read(self, wants: list[Want]) -> Snapshot:
+        """The offsets every group of ``wants`` needs; raises ``KafkaException`` when the
+        cluster cannot be reached or refuses the client."""
+        self.used_at = time.monotonic()
+        deadline = time.monotonic() + TIMEOUT_S
+        topics = self.topics(wants, deadline)
+        snapshot = Snapshot(topics=topics, at=time.time())
+        watched: dict[str, list[TP]] = {}
+        for want in wants:
+            watched.setdefault(want.group_id, []).extend(snapshot.partitions(want)[0])
+        every = sorted({tp for tps in watched.values() for tp in tps})
+        if not every:
+            return snapshot
+        ends = self._offsets(every, LATEST, snapshot, deadline)
+        if OFFSETS_TOPIC in topics:
+            self._committed(watched, snapshot, deadline)
+        else:  # no group ever committed on this cluster (and asking would crash librdkafka)
+            snapshot.committed.update({g: dict.fromkeys(tps) for g, tps in watched.items()})
+        uncommitted = sorted(
+            {
+                tp
+                for found in snapshot.committed.values()
+                if isinstance(found, dict)
+                for tp, offset in found.items()
+                if offset is None and tp in ends
+            }
+        )
+        if uncommitted:
+            snapshot.starts.update(self._offsets(uncommitted, EARLIEST, snapshot, deadline))
+        snapshot.ends.update(ends)
+        return snapshot
+
+    def _offsets(
+        self, tps: list[TP], spec: Any, snapshot: Snapshot, deadline: float
+    ) -> dict[TP, int]:
+        """One ``list_offsets`` for ``tps``; a partition that fails (no leader) is recorded
+        in ``snapshot.unreadable``, never guessed."""
+        timeout = max(0.1, deadline - time.monotonic())
+        asked = {TopicPartition(t, p): spec for t, p in tps}
+        futures = self.admin.list_offsets(asked, request_timeout=timeout)
+        found: dict[TP, int] = {}
+        for tp, future in futures.items():
+            key = (tp.topic, tp.partition)
+            try:
+                found[key] = future.result(timeout=max(0.1, deadline - time.monotonic())).offset
+            except KafkaException as exc:
+                snapshot.unreadable[key] = Failure.of(exc)
+            except concurrent.futures.TimeoutError:
+                snapshot.unreadable[key] = Failure(KafkaError._TIMED_OUT, "no answer in time")
+        return found
+
+    def _committed(self, watched: dict[str, list[TP]], snapshot: Snapshot, deadline: float) -> None:
+        """Every group's committed offsets, all groups in flight together; a group whose
+        coordinator moves or loads is asked again until the deadline."""
+        pending = dict(watched)
+        while pending:
+            futures = {group: self._ask(group, tps, deadline) for group, tps in pending.items()}
+            pending = {}
+            for group, future in futures.items():
+                try:
+                    answer = future.result(timeout=max(0.1, deadline - time.monotonic()))
+                except concurrent.futures.TimeoutError:
+                    text = "no committed offsets in time"
+                    snapshot.committed[group] = Failure(KafkaError._TIMED_OUT, text)
+                    continue
+                except KafkaException as exc:
+                    code = exc.args[0].code() if exc.args else None
+                    if code in COORDINATOR_MOVING and time.monotonic() + RETRY_S < deadline:
+                        pending[group] = watched[group]
+                    snapshot.committed[group] = Failure.of(exc)
+                    continue
+                snapshot.committed[group] = _offsets_of(answer.topic_partitions)
+            if pending:
+                time.sleep(RETRY_S)
+
+    def _ask(self, group: str, tps: list[TP], deadline: float) -> concurrent.futures.Future[Any]:
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])]
+        timeout = max(0.1, deadline - time.monotonic())
+        return self.admin.list_consumer_group_offsets(request, request_timeout=timeout)[group]
+
+
+def _offsets_of(answer: list[TopicPartition] | None) -> dict[TP, int | None] | Failure:
+    found: dict[TP, int | None] = {}
+    for tp in answer or []:
+        if tp.error is not None:
+            return Failure.of(KafkaException(tp.error))
+        found[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+    return found
