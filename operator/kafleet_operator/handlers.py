@@ -48,7 +48,18 @@ import urllib3
 from kubernetes import client as k8s
 
 from kafleet.errors import ConfigError
-from kafleet_operator import builders, kube, metrics, observer, owned, pause, periodic, tuner
+from kafleet_operator import (
+    autoscaler,
+    builders,
+    kube,
+    metrics,
+    observer,
+    owned,
+    pause,
+    periodic,
+    tuner,
+    watched,
+)
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.kube import api_message, apply
 from kafleet_operator.spec import ParsedSpec, parse_spec
@@ -59,7 +70,7 @@ INTERVAL_S = float(os.environ.get("KAFLEET_OPERATOR_INTERVAL_S", "5"))
 # A failed apply is retried after this many seconds, doubling up to the last (a 5xx only: a
 # refusal (4xx) waits for an edit of the spec, which runs the reconcile again at once).
 APPLY_BACKOFF_S = (5.0, 60.0)
-MANAGED = {"app.kubernetes.io/managed-by": builders.labels("")["app.kubernetes.io/managed-by"]}
+MANAGED = watched.MANAGED
 OWNED = (("apps", "v1", "deployments"), ("v1", "configmaps"), ("v1", "services"))
 
 
@@ -89,14 +100,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 60
     settings.watching.client_timeout = 90
     settings.watching.connect_timeout = 10
-    # Handler errors are retried with backoff, never faster than a second.
-    settings.execution.max_workers = 8
+    # The reconciles' threads (sync handlers): a thousand groups resume in seconds with four.
+    settings.execution.max_workers = 4
     settings.networking.request_timeout = 30
     settings.posting.level = logging.INFO  # Events for what the operator decides
     # The owned objects are watched for deletions and hand edits: only ours, filtered by the
     # API server (not every Deployment, ConfigMap and Service of the watched namespaces).
     selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
-    for resource in OWNED:
+    for resource in (*OWNED, ("v1", "pods")):  # and the pods, for their sidecars' addresses
         settings.watching.label_selectors[resource] = selector
 
 
@@ -104,12 +115,16 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 def groups(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
     """Every watched ConsumerGroup as last seen, for the periodic pass (gone when deleted)."""
     meta = body.metadata
-    return {(meta["namespace"], meta["name"]): copy.deepcopy(dict(body))}
+    kept = copy.deepcopy(dict(body))
+    kept["metadata"].pop("managedFields", None)  # the bulk of an object, and never read
+    return {(meta["namespace"], meta["name"]): kept}
 
 
 @kopf.on.startup()
 async def start_observing(memo: kopf.Memo, **kwargs: Any) -> None:
-    pass_ = periodic.run(kwargs["groups"], observer.observe_group, INTERVAL_S)  # the index above
+    watched.bind(**{name: kwargs[name] for name in ("deployments", "config_maps", "pods")})
+    groups = kwargs["groups"]  # the index above
+    pass_ = periodic.run(groups, observer.observe_group, autoscaler.target, INTERVAL_S)
     memo["observing"] = asyncio.get_running_loop().create_task(pass_)
 
 
@@ -158,7 +173,7 @@ def _apply_all(body: kopf.Body, parsed: ParsedSpec, held: pause.Pause) -> dict[s
     deployment = apply(
         builders.deployment(owner, parsed, held.deployment_replicas(parsed.fleet.replicas))
     )
-    apply(builders.service(owner))
+    owned.apply_service(owner)
     return deployment
 
 

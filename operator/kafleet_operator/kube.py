@@ -171,10 +171,11 @@ def api_message(exc: k8s.ApiException) -> str:
     return f"{exc.status} {exc.reason}".strip()
 
 
-def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
-    """A JSON merge patch of the ConsumerGroup's status (``None`` values remove fields)."""
+def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch of the ConsumerGroup's status (``None`` values remove fields); the
+    group as the API server holds it after."""
     meta = body["metadata"]
-    k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_status(
+    written = k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_status(
         GROUP,
         VERSION,
         meta["namespace"],
@@ -183,6 +184,7 @@ def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         {"status": dict(status)},
         _content_type="application/merge-patch+json",
     )
+    return dict(written) if isinstance(written, Mapping) else {}
 
 
 def post_event(body: Mapping[str, Any], reason: str, message: str) -> None:

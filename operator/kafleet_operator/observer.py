@@ -24,11 +24,22 @@ import kopf
 from kubernetes import client as k8s
 
 from kafleet.errors import ConfigError
-from kafleet_operator import autoscaler, builders, conditions, metrics, owned, pause, tuner
-from kafleet_operator.kube import client, controller, patch_status
+from kafleet_operator import (
+    autoscaler,
+    builders,
+    conditions,
+    metrics,
+    owned,
+    pause,
+    tuner,
+    watched,
+)
+from kafleet_operator.kube import controller, patch_status
 from kafleet_operator.spec import ParsedSpec, parse_spec
 
 log = logging.getLogger("kafleet.operator")
+LIVE = ("lag", "maxPartitionLag", "timeLagSeconds")
+REFRESH_S = 30.0  # the live figures in the status are at most this old, while they change
 
 
 def _set_conditions(
@@ -37,16 +48,26 @@ def _set_conditions(
     patch.status["conditions"] = conditions.merged(status.get("conditions"), new, gone)
 
 
-def parse(body: kopf.Body, status: kopf.Status, patch: kopf.Patch) -> ParsedSpec | None:
+def parse(
+    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: Any = None
+) -> ParsedSpec | None:
+    """The spec, validated; an invalid one is reported ``InvalidSpec``. A pass's ``memo``
+    keeps the last one by generation (the spec changes only with it)."""
     generation = body.metadata.get("generation", 0)
+    cached = memo.get("parsed") if memo is not None else None
+    if cached is not None and cached[0] == generation:
+        return cast(ParsedSpec, cached[1])
     try:
-        return parse_spec(dict(body.spec))
+        parsed = parse_spec(dict(body.spec))
     except ConfigError as exc:
         message = "; ".join(str(p) for p in exc.problems)
         facts = conditions.Facts(generation, invalid=message, paused=pause.read(body.metadata))
         _set_conditions(status, patch, *conditions.judge(facts))
         patch.status["observedGeneration"] = generation
         return None
+    if memo is not None:
+        memo["parsed"] = (generation, parsed)
+    return parsed
 
 
 def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
@@ -68,13 +89,62 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
     measured.passed(
         patch.get("status") or {}, time.monotonic() - started, True, replicas, held.scaling
     )
-    if patch.get("status"):
+    now = time.monotonic()
+    current = _latest(body, memo)
+    if worth_writing(current, patch.get("status") or {}, now - memo.get("written_at", 0.0)):
         try:
-            patch_status(body, patch["status"])
+            written = patch_status(body, patch["status"])
+            memo["written_at"] = now
+            memo["written"] = (_version(written), written.get("status") or {})
+            metrics.STATUS_WRITES.inc()
         except k8s.ApiException as exc:
             if exc.status != 404:
                 raise
             log.info("%s/%s is gone", body.metadata["namespace"], body.metadata["name"])
+
+
+def _version(obj: Mapping[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _latest(body: Mapping[str, Any], memo: Any) -> Mapping[str, Any]:
+    """The group's status as it is now: the watch's copy, or what this process last wrote
+    when the watch has not caught up with it yet (on a busy API server it may be passes
+    behind, and a pass would write the same again, and again). resourceVersions are compared
+    as the numbers etcd makes them."""
+    mine = memo.get("written")
+    if mine is not None and mine[0] > _version(body):
+        return cast(Mapping[str, Any], mine[1])
+    return cast(Mapping[str, Any], body.get("status") or {})
+
+
+def _meaning(status: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a status is news: all but the live figures (``LIVE``: the operator's
+    ``/metrics`` has them every pass) and the words of the conditions."""
+    kept = {k: v for k, v in status.items() if k not in LIVE}
+    if isinstance(kept.get("conditions"), list):
+        kept["conditions"] = sorted(
+            tuple(str(c.get(k)) for k in ("type", "status", "reason", "observedGeneration"))
+            for c in kept["conditions"]
+        )
+    if isinstance(kept.get("tuning"), dict):
+        kept["tuning"] = {k: v for k, v in kept["tuning"].items() if k != "latencySeconds"}
+    return kept
+
+
+def worth_writing(current: Mapping[str, Any], new: Mapping[str, Any], since_s: float) -> bool:
+    """Whether a pass writes the status it found: when it says something the status does
+    not (a condition, a decision, a count), or its live figures changed and the last write
+    is ``REFRESH_S`` old. A group at rest costs the API server no write."""
+    if not new:
+        return False
+    before = {k: current.get(k) for k in new}
+    if _meaning(new) != _meaning(before):
+        return True
+    return before != dict(new) and since_s >= REFRESH_S
 
 
 def _level(
@@ -104,7 +174,7 @@ def observe(
     **_: Any,
 ) -> None:
     """Readiness from the Deployment, lag from Kafka, the conditions; then scale and tune."""
-    parsed = parse(body, status, patch)
+    parsed = parse(body, status, patch, memo)
     if parsed is None:
         return
     name, namespace = body.metadata["name"], body.metadata["namespace"]
@@ -113,14 +183,9 @@ def observe(
     refused = failure.get("message") if failure.get("generation") == generation else None
     held = pause.read(body.metadata)  # kafleet.io/paused-replicas, pause-reconciliation
     applied = status.get("appliedGeneration")
-    try:
-        deployment = k8s.AppsV1Api(client()).read_namespaced_deployment_status(name, namespace)
-    except k8s.ApiException as exc:
-        if exc.status != 404:
-            raise
-        deployment = None  # not applied yet, refused, or deleted: the conditions say which
-    if deployment is not None and deployment.metadata is not None:
-        ref = controller(deployment.metadata.owner_references)
+    deployment = watched.deployment(namespace, name)
+    if deployment is not None:
+        ref = controller(deployment["metadata"].get("ownerReferences"))
         if (ref or {}).get("uid") != body.metadata.get("uid"):
             deployment = None  # someone else's of the same name (NotOwned): not this fleet
     elif refused is None and applied is not None and not held.reconciliation:
@@ -128,20 +193,20 @@ def observe(
     _level(body, parsed, held, deployment, memo, refused is None and applied == generation)
     replicas: int | None = None
     rolling: str | None = None
-    observed = k8s.V1DeploymentStatus()
+    observed: dict[str, Any] = {}
     if deployment is not None:
-        replicas = deployment.spec.replicas or 0 if deployment.spec else 0
-        observed = deployment.status or observed
+        replicas = deployment["spec"].get("replicas") or 0
+        observed = deployment.get("status") or {}
         rolling = conditions.rollout(
-            (deployment.metadata.generation if deployment.metadata else None) or 0,
-            observed.observed_generation,
+            deployment["metadata"].get("generation") or 0,
+            observed.get("observedGeneration"),
             replicas,
-            observed.replicas,
-            observed.updated_replicas,
-            observed.available_replicas,
+            observed.get("replicas"),
+            observed.get("updatedReplicas"),
+            observed.get("availableReplicas"),
         )
-    ready = observed.ready_replicas or 0
-    patch.status["replicas"] = observed.replicas or 0
+    ready = observed.get("readyReplicas") or 0
+    patch.status["replicas"] = observed.get("replicas") or 0
     patch.status["readyReplicas"] = ready
     patch.status["labelSelector"] = builders.selector(name)
     # Scaling starts from spec.replicas, the one source: the Deployment may lag behind it.

@@ -1,9 +1,11 @@
 """Reading a group's sidecars: each ready pod's ``/status``, as the operator's passes need it.
 
-Owns: which pods count (ready and not terminating: an unready pod's figures are a start-up's,
-a terminating one's a drain's), the URL of a pod's sidecar (an IPv6 address in brackets), and
-asking them side by side with a short timeout, so one hung pod costs two seconds, not twenty
-pods' worth. A sidecar that does not answer is left out, never guessed.
+Owns: the URL of a pod's sidecar (an IPv6 address in brackets), and asking the sidecars of a
+group's pods that count (Ready, not terminating: ``watched.py`` keeps them from the operator's
+watch of the pods, no list per pass) on one small pool shared by every group, with a short
+timeout. A sidecar that does not answer is left out, never guessed, and not asked again for
+a while (doubling), so a hung or unreachable pod costs the other groups nothing. The
+autoscaler and the tuner of one pass share one round of asking.
 
 Does not own what the figures mean (``tuner.py``, ``autoscaler.py``) or the sidecar itself
 (``kafleet.sidecar``).
@@ -16,20 +18,25 @@ import ipaddress
 import json
 import logging
 import os
+import threading
+import time
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client as k8s
-
-from kafleet_operator import builders
-from kafleet_operator.kube import client
+from kafleet_operator import watched
 
 log = logging.getLogger("kafleet.operator")
 # `kafleet operator --sidecar-url` sets this (before this module loads).
 SIDECAR_URL = os.environ.get("KAFLEET_OPERATOR_SIDECAR_URL", "http://{pod_ip}:8080")
-TIMEOUT_S = 2.0
-PARALLEL = 8
+TIMEOUT_S = 1.0
+PARALLEL = 4  # sidecars asked at once, over every group
+SILENT_S, SILENT_MAX_S = 15.0, 300.0  # a pod that did not answer is left alone this long, doubling
+FRESH_S = 1.0  # the autoscaler and the tuner of one pass share one round of asking
+_pool = concurrent.futures.ThreadPoolExecutor(PARALLEL, "kafleet-sidecars")
+_lock = threading.Lock()
+_silent: dict[str, tuple[float, int]] = {}  # pod -> (not asked before, failures in a row)
+_recent: dict[tuple[str, str], tuple[float, list[Report]]] = {}
 
 
 @dataclass(frozen=True)
@@ -56,36 +63,42 @@ def url(pod_ip: str, pod: str, template: str = "") -> str:
     return (template or SIDECAR_URL).format(pod_ip=host, pod=pod)
 
 
-def counted(pod: k8s.V1Pod) -> tuple[str, str] | None:
-    """A pod's (address, name) if its figures count: it is Ready, has an address, and is not
-    terminating; else None."""
-    meta, status = pod.metadata, pod.status
-    if meta is None or status is None or meta.deletion_timestamp is not None:
-        return None
-    ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
-    return (str(status.pod_ip), str(meta.name)) if ready and status.pod_ip else None
-
-
 def _fetch(base: str, pod: str) -> Report | None:
     try:
         with urllib.request.urlopen(base + "/status", timeout=TIMEOUT_S) as answer:
             body = json.load(answer)
     except (OSError, ValueError) as exc:
         log.debug("sidecar of %s did not answer: %s", pod, exc)
+        with _lock:
+            tries = _silent.get(pod, (0.0, 0))[1] + 1
+            _silent[pod] = (
+                time.monotonic() + min(SILENT_MAX_S, SILENT_S * 2 ** (tries - 1)),
+                tries,
+            )
         return None
+    with _lock:
+        _silent.pop(pod, None)
     return Report(pod, body) if isinstance(body, dict) else None
 
 
 def read(namespace: str, name: str) -> list[Report]:
-    """The ``/status`` of every ready, running pod of the group that answers."""
-    pods = k8s.CoreV1Api(client()).list_namespaced_pod(
-        namespace, label_selector=builders.selector(name)
-    )
-    found = [counted(p) for p in pods.items]
-    targets = [(url(ip, pod), pod) for ip, pod in filter(None, found)]
-    if not targets:
-        return []
-    workers = min(PARALLEL, len(targets))
-    with concurrent.futures.ThreadPoolExecutor(workers, "kafleet-sidecars") as pool:
-        answers = pool.map(lambda t: _fetch(*t), targets)
-        return [a for a in answers if a is not None]
+    """The ``/status`` of every ready, running pod of the group that answers (the pods as
+    the operator's watch holds them, ``watched.py``); read at most once a second."""
+    now = time.monotonic()
+    with _lock:
+        cached = _recent.get((namespace, name))
+        if cached is not None and now - cached[0] < FRESH_S:
+            return cached[1]
+        asked = [
+            (url(ip, pod), pod)
+            for ip, pod in watched.ready_pods(namespace, name)
+            if _silent.get(pod, (0.0, 0))[0] <= now
+        ]
+    answers = [a for a in _pool.map(lambda t: _fetch(*t), asked) if a is not None]
+    with _lock:
+        _recent[(namespace, name)] = (now, answers)
+        for key in [k for k, (at, _) in _recent.items() if now - at > FRESH_S]:
+            del _recent[key]
+        for pod in [p for p, (until, _) in _silent.items() if until + SILENT_MAX_S < now]:
+            del _silent[pod]
+    return answers

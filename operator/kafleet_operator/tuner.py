@@ -32,7 +32,7 @@ import kopf
 import yaml
 from kubernetes import client as k8s
 
-from kafleet_operator import builders, metrics, sidecars, tuning
+from kafleet_operator import builders, metrics, sidecars, tuning, watched
 from kafleet_operator.kube import NotOwnedError, apply, client, post_event
 from kafleet_operator.spec import ParsedSpec
 
@@ -68,17 +68,27 @@ def _tuned(raw: str | None) -> tuning.Tuned | None:
         return None
 
 
-def _live(namespace: str, name: str) -> Live | None:
-    try:
-        cm = k8s.CoreV1Api(client()).read_namespaced_config_map(f"{name}-worker", namespace)
-    except k8s.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    annotations = (cm.metadata.annotations if cm.metadata else None) or {}
+def _live(namespace: str, name: str, fetch: bool = True) -> Live | None:
+    """The group's ConfigMap: read from the API server (``fetch``: before a write), else as
+    the operator's watch holds it (``watched.py``: a pass that changes nothing reads no more)."""
+    if fetch:
+        try:
+            cm = k8s.CoreV1Api(client()).read_namespaced_config_map(f"{name}-worker", namespace)
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return _parsed((cm.metadata.annotations if cm.metadata else None) or {}, cm.data or {})
+    held = watched.config_map(namespace, name)
+    if held is None:
+        return None
+    return _parsed(held["metadata"].get("annotations") or {}, held.get("data") or {})
+
+
+def _parsed(annotations: Mapping[str, str], data: Mapping[str, str]) -> Live:
     try:
         generation = int(annotations.get(GENERATION, "0"))
-        data = yaml.safe_load((cm.data or {}).get("worker.yaml", "")) or {}
+        data = yaml.safe_load(data.get("worker.yaml", "")) or {}
         value = data.get("max_poll_records") if isinstance(data, dict) else None
     except (ValueError, yaml.YAMLError):
         generation, value = 0, None
@@ -163,22 +173,25 @@ def tune(body: kopf.Body, parsed: ParsedSpec, patch: kopf.Patch, memo: Any) -> N
     concurrency = concurrency or worker.concurrency
     now = time.time()
     with _lock(namespace, name):
-        live = _live(namespace, name)
-        if live is None:
-            return  # the reconcile makes it
-        if live.generation != generation:  # the reconcile has yet to write this spec's, or
-            return  # already wrote a newer one than this pass's copy: it is the writer then
-        held = tuning.carried(worker, policy, live.tuned, now)
-        current = _value(parsed, held)
-        waiting = held is not None and tuning.awaiting(current, applied, held.at, now)
-        move = tuning.Step(current, "Steady")
-        if held is not None and not waiting:
-            limits = tuning.bounds(worker, policy)
-            interval_s = worker.poll_interval_ms / 1000
-            move = tuning.step(current, latency, concurrency, interval_s, limits, policy)
-            if move.changes:
-                held = tuning.Tuned(move.max_poll_records, held.start, now)
-        if held != live.tuned or live.max_poll_records != _value(parsed, held):
+        for fetch in (False, True):  # as watched; read afresh before writing
+            live = _live(namespace, name, fetch)
+            if live is None:
+                return  # the reconcile makes it
+            if live.generation != generation:  # the reconcile has yet to write this spec's, or
+                return  # already wrote a newer one than this pass's copy: it is the writer then
+            held = tuning.carried(worker, policy, live.tuned, now)
+            current = _value(parsed, held)
+            waiting = held is not None and tuning.awaiting(current, applied, held.at, now)
+            move = tuning.Step(current, "Steady")
+            if held is not None and not waiting:
+                limits = tuning.bounds(worker, policy)
+                interval_s = worker.poll_interval_ms / 1000
+                move = tuning.step(current, latency, concurrency, interval_s, limits, policy)
+                if move.changes:
+                    held = tuning.Tuned(move.max_poll_records, held.start, now)
+            if held == live.tuned and live.max_poll_records == _value(parsed, held):
+                break  # nothing to write
+        else:
             try:
                 _write(_owner(body), parsed, generation, held)
             except NotOwnedError as exc:  # the reconcile reports it (Degraded)

@@ -26,7 +26,19 @@ CRD = REPO / "crds" / "consumergroups.kafleet.io.yaml"
 @pytest.fixture(scope="session")
 def crd(k8s: K8s) -> str:
     k8s.kubectl("apply", "--server-side", "-f", str(CRD))
-    k8s.kubectl("wait", "--for=condition=Established", "crd/consumergroups.kafleet.io")
+    # Not `kubectl wait --for=condition`: it errs on a CRD whose status has no conditions yet.
+    established = "{.status.conditions[?(@.type=='Established')].status}"
+    wait_until(
+        lambda: (
+            k8s.kubectl(
+                "get", "crd/consumergroups.kafleet.io", "-o", f"jsonpath={established}"
+            ).strip()
+            == "True"
+        ),
+        30,
+        "the CRD Established",
+        every=0.2,
+    )
     return "consumergroups.kafleet.io"
 
 

@@ -6,13 +6,13 @@ the fleet at 0 with Ready=True)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import kopf
 import pytest
 import yaml
-from kubernetes import client as k8s
 
-from kafleet_operator import builders, kube, owned, pause
+from kafleet_operator import builders, kube, owned, pause, watched
 from kafleet_operator.spec import ParsedSpec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,9 +29,10 @@ def parsed(**changes: Any) -> ParsedSpec:
 
 
 def live(spec: ParsedSpec, replicas: int) -> Any:
-    """The Deployment the builder makes, as the client reads it back."""
+    """The Deployment the builder makes, as the operator's watch of Deployments keeps it."""
     body = builders.deployment(OWNER, spec, replicas)
-    return k8s.ApiClient()._ApiClient__deserialize(body, "V1Deployment")  # type: ignore[attr-defined]
+    (kept,) = watched.deployments(kopf.Body(cast(kopf.RawBody, body))).values()
+    return kept
 
 
 def test_a_deployment_as_built_has_not_drifted() -> None:

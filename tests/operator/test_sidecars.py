@@ -4,25 +4,29 @@ tuning was silently dead on IPv6 clusters)."""
 
 from __future__ import annotations
 
-import datetime
+from typing import Any, cast
 
+import kopf
 import pytest
-from kubernetes import client as k8s
 
-from kafleet_operator import sidecars
+from kafleet_operator import builders, sidecars, watched
 
 
-def pod(ip: str | None = "10.0.0.7", ready: bool = True, terminating: bool = False) -> k8s.V1Pod:
-    return k8s.V1Pod(
-        metadata=k8s.V1ObjectMeta(
-            name="orders-abc",
-            deletion_timestamp=datetime.datetime.now(datetime.UTC) if terminating else None,
-        ),
-        status=k8s.V1PodStatus(
-            pod_ip=ip,
-            conditions=[k8s.V1PodCondition(type="Ready", status="True" if ready else "False")],
-        ),
-    )
+def pod(ip: str | None = "10.0.0.7", ready: bool = True, terminating: bool = False) -> kopf.Body:
+    """A group's pod as the operator's watch of pods sees it."""
+    meta: dict[str, Any] = {
+        "name": "orders-abc",
+        "namespace": "shop",
+        "labels": builders.labels("orders"),
+    }
+    if terminating:
+        meta["deletionTimestamp"] = "2026-11-26T07:00:00Z"
+    status: dict[str, Any] = {
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]
+    }
+    if ip:
+        status["podIP"] = ip
+    return kopf.Body(cast(kopf.RawBody, {"metadata": meta, "status": status}))
 
 
 @pytest.mark.parametrize(
@@ -42,7 +46,7 @@ def test_a_sidecar_url_template_may_name_the_pod() -> None:
 
 
 def test_a_ready_running_pod_counts() -> None:
-    assert sidecars.counted(pod()) == ("10.0.0.7", "orders-abc")
+    assert watched.pods(pod()) == {("shop", "orders"): ("10.0.0.7", "orders-abc")}
 
 
 @pytest.mark.parametrize(
@@ -50,5 +54,5 @@ def test_a_ready_running_pod_counts() -> None:
     [pod(ready=False), pod(terminating=True), pod(ip=None)],
     ids=["unready", "terminating", "without-address"],
 )
-def test_unready_terminating_or_unaddressed_pods_do_not_count(candidate: k8s.V1Pod) -> None:
-    assert sidecars.counted(candidate) is None
+def test_unready_terminating_or_unaddressed_pods_do_not_count(candidate: kopf.Body) -> None:
+    assert watched.pods(candidate) is None

@@ -1,0 +1,123 @@
+"""One operator holds many groups (a real operator process, a real apiserver with kwok, the real
+broker): 200 ConsumerGroups are read through one Kafka client, write no status at rest, and a
+lag step on one of them scales it within two passes; the groups of a second cluster that cannot
+be reached say so, and only they."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import K8s
+from tests.infra.kafka import free_port
+from tests.infra.records import ProduceReport
+from tests.infra.waiting import wait_until
+from tests.operator.conftest import Operator, condition, consumer_group
+from tests.operator.test_scaling_and_tuning import replicas
+
+GROUPS = 200
+UNREACHABLE = 3
+INTERVAL_S = 1.0  # the test operator's --interval-s
+
+
+@pytest.fixture
+def topics(admin: AdminClient, request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """A topic of 2 partitions per group, made in one request, deleted after."""
+    names = [f"scale-{n:03d}-{time.monotonic_ns() % 10**8}" for n in range(GROUPS)]
+    for future in admin.create_topics([NewTopic(t, 2, 1) for t in names]).values():
+        future.result(60)
+    yield names
+    for future in admin.delete_topics(names).values():
+        future.exception(60)
+
+
+def apiserver_writes(k8s: K8s) -> dict[str, float]:
+    """The apiserver's count of PATCH requests on ConsumerGroups, by subresource."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(k8s.kubectl("get", "--raw", "/metrics")):
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name == "apiserver_request_total"
+                and labels.get("resource") == "consumergroups"
+                and labels.get("verb") == "PATCH"
+            ):
+                key = labels.get("subresource") or "object"
+                found[key] = found.get(key, 0.0) + sample.value
+    return found
+
+
+def groups(k8s: K8s, namespace: str) -> dict[str, dict[str, object]]:
+    listed = yaml.safe_load(k8s.kubectl("get", "kcg", "-n", namespace, "-o", "yaml"))
+    return {g["metadata"]["name"]: g for g in listed["items"]}
+
+
+def readers(pid: int) -> list[int]:
+    """The operator's child processes that read Kafka (not multiprocessing's own tracker)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"spawn_main" in cmdline:
+                found.append(int(child))
+    return found
+
+
+def test_two_hundred_groups_share_one_kafka_client_write_nothing_at_rest_and_scale_on_time(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topics: list[str],
+    produce: Callable[..., ProduceReport],
+    operator: Callable[..., Operator],
+) -> None:
+    nowhere = f"127.0.0.1:{free_port()}"  # a second cluster, down
+    policy = {"min_replicas": 1, "max_replicas": 2, "lag_per_replica": 100}
+    manifests = [
+        consumer_group(f"g{n:03d}", kafka, topic, autoscaling=policy)
+        for n, topic in enumerate(topics)
+    ] + [
+        consumer_group(f"down{n}", nowhere, topics[0], autoscaling=policy)
+        for n in range(UNREACHABLE)
+    ]
+    running = operator()
+    listing = {"apiVersion": "v1", "kind": "List", "items": manifests}
+    k8s.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(listing))
+
+    def settled() -> bool:
+        found = groups(k8s, namespace)
+        ready = [n for n, g in found.items() if condition(g, "Ready").get("status") == "True"]
+        return len(found) == GROUPS + UNREACHABLE and len(ready) >= GROUPS
+
+    wait_until(settled, 240, f"{GROUPS} groups Ready", every=2)
+
+    found = groups(k8s, namespace)
+    for n in range(UNREACHABLE):
+        degraded = condition(found[f"down{n}"], "Degraded")
+        assert degraded.get("reason") == "KafkaUnreachable", degraded
+    for name in (f"g{n:03d}" for n in range(GROUPS)):
+        degraded = condition(found[name], "Degraded")
+        assert degraded.get("status") == "False", (name, degraded)
+    assert running.proc is not None
+    assert running.metric("kafleet_operator_kafka_clusters") == 2  # the broker, and nowhere
+    assert len(readers(running.proc.pid)) == 2  # one reading process per cluster
+
+    time.sleep(5 * INTERVAL_S)  # the last readiness writes land
+    before = apiserver_writes(k8s)
+    time.sleep(10 * INTERVAL_S)
+    after = apiserver_writes(k8s)
+    assert after == before, f"PATCHes at rest: {before} -> {after}"
+
+    step = time.monotonic()
+    produce(topics[17], 400)
+    wait_until(lambda: replicas(k8s, namespace, "g017") == 2, 30, "g017 scaled", every=0.2)
+    took = time.monotonic() - step
+    print(f"\nstep -> g017's Deployment at 2 replicas: {took:.1f} s")
+    assert took <= 10.0  # two passes at the default interval of 5 s
+    assert replicas(k8s, namespace, "g018") == 1
