@@ -318,6 +318,9 @@ def service(owner: Obj) -> Obj:
         "kind": "Service",
         "metadata": _metadata(owner, f"{name}-metrics"),
         "spec": {
+            # Headless: Prometheus scrapes the pods its Endpoints list, never a virtual IP, so
+            # a thousand groups take a thousand Endpoints, not a thousand cluster IPs.
+            "clusterIP": "None",
             "selector": match_labels(name),
             # A number: a named port of a native sidecar (an init container) reaches the
             # EndpointSlices only from Kubernetes 1.32 on (kubernetes#128850).

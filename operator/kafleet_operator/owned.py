@@ -7,7 +7,9 @@ process did not write itself (``kube.written``), and the periodic pass when it f
 Deployment gone. The Deployment gets the group's ``spec.replicas`` (the one source), or the
 held count while ``kafleet.io/paused-replicas`` is set; nothing is put back while
 ``kafleet.io/pause-reconciliation`` is true. Before re-creating a deleted object the group is
-read afresh: one being deleted (its objects go with it) gets nothing back.
+read afresh: one being deleted (its objects go with it) gets nothing back. Applying the
+metrics Service (``apply_service``, the reconcile's too): headless, and one an older operator
+made with a cluster IP is made again.
 
 Does not own the objects' shape (``builders.py``), the ConfigMap's writing (``tuner.py``), the
 reconcile (``handlers.py``) or the ownership check (``kube.apply``).
@@ -52,22 +54,23 @@ def fighting(kind: str, namespace: str, name: str, now: float) -> bool:
     return False
 
 
-def drift(deployment: Any, parsed: Any, held: pause.Pause) -> str | None:
-    """How the live Deployment (a client model) differs from what the spec and the pause say,
-    in what the operator decides (replicas, configuration, image); None when it does not. The
-    pass puts back a drift that outlives a pass: a watch event lost, or a put-back that
-    failed (kopf never retries an event handler)."""
-    spec = deployment.spec
-    if spec is None:
+def drift(deployment: Mapping[str, Any], parsed: Any, held: pause.Pause) -> str | None:
+    """How the live Deployment (as ``watched.py`` holds it) differs from what the spec and the
+    pause say, in what the operator decides (replicas, configuration, image); None when it
+    does not. The pass puts back a drift that outlives a pass: a watch event lost, or a
+    put-back that failed (kopf never retries an event handler)."""
+    spec = deployment.get("spec")
+    if not spec:
         return None
     wanted = held.deployment_replicas(parsed.fleet.replicas)
-    if spec.replicas != wanted:
-        return f"replicas {spec.replicas}, not {wanted}"
-    template = spec.template
-    annotations = (template.metadata.annotations if template.metadata else None) or {}
+    if spec.get("replicas") != wanted:
+        return f"replicas {spec.get('replicas')}, not {wanted}"
+    template = spec.get("template") or {}
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
     if annotations.get(builders.CONFIG_HASH) != builders.config_hash(parsed):
         return "its configuration hash is not the spec's"
-    images = {c.name: c.image for c in (template.spec.containers if template.spec else [])}
+    containers = (template.get("spec") or {}).get("containers") or []
+    images = {c.get("name"): c.get("image") for c in containers}
     if images.get("worker") != parsed.fleet.image:
         return f"worker image {images.get('worker')}, not {parsed.fleet.image}"
     return None
@@ -135,7 +138,7 @@ def put_back(
         elif kind == "ConfigMap":
             tuner.apply_config_map(body, parsed)
         elif kind == "Service":
-            version = _version(apply(builders.service(owner)))
+            version = _version(apply_service(owner))
         else:
             raise ValueError(f"a ConsumerGroup owns no {kind}")
     except NotOwnedError as exc:
@@ -153,6 +156,21 @@ def put_back(
     log.info("%s/%s: %s", namespace, name, message)
     post_event(group, "PutBack", message)
     return True
+
+
+def apply_service(owner: dict[str, Any]) -> dict[str, Any]:
+    """The metrics Service, headless; one an older operator made with a cluster IP (which
+    cannot be taken away) is deleted and made again. The Service as applied."""
+    service = builders.service(owner)
+    try:
+        return apply(service)
+    except k8s.ApiException as exc:
+        if exc.status != 422 or "clusterIP" not in api_message(exc):
+            raise
+    meta = service["metadata"]
+    log.info("%s: the Service %s becomes headless", owner["metadata"]["name"], meta["name"])
+    k8s.CoreV1Api(client()).delete_namespaced_service(meta["name"], meta["namespace"])
+    return apply(service)
 
 
 def _version(applied: Mapping[str, Any]) -> str | None:

@@ -108,9 +108,10 @@ def _grants(group: str, resources: str, verbs: str) -> set[tuple[str, str, str]]
 # ConsumerGroups and the objects they own; kopf's patches of a ConsumerGroup (its diff-base
 # annotation, finalizer removal, status.kopf); the operator's server-side applies (patch, and
 # create when the object is new), its reads before them (get: whose is it?), of a group before
-# putting a deleted object back (get), of the Deployment's status, of the pods' list for their
-# sidecars and of the Secrets a spec names; the status and scale patches; Events (core v1, as
-# kopf posts them); and update on finalizers for blockOwnerDeletion.
+# putting a deleted object back (get) and of the Secrets a spec names; the watch of the pods
+# (list, watch: their sidecars' addresses); the deletion of a metrics Service an older operator
+# made with a cluster IP; the status and scale patches; Events (core v1, as kopf posts them);
+# and update on finalizers for blockOwnerDeletion.
 USED = {
     "discovery": _grants("apiextensions.k8s.io", "customresourcedefinitions", "list watch")
     | _grants("", "namespaces", "list watch"),
@@ -119,9 +120,9 @@ USED = {
     | _grants("kafleet.io", "consumergroups/finalizers", "update")
     | _grants("", "events", "create"),
     "workloads": _grants("apps", "deployments", "get list watch create patch")
-    | _grants("apps", "deployments/status", "get")
-    | _grants("", "configmaps services", "get list watch create patch")
-    | _grants("", "pods", "list")
+    | _grants("", "configmaps", "get list watch create patch")
+    | _grants("", "services", "get list watch create patch delete")
+    | _grants("", "pods", "list watch")
     | _grants("", "secrets", "get"),
 }
 

@@ -189,3 +189,44 @@ def test_an_object_of_the_same_name_the_group_does_not_own_is_left_alone_and_rep
 
 def _worker_or_first(deployment: dict[str, Any]) -> dict[str, Any]:
     return dict(deployment["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_a_metrics_service_an_older_operator_made_with_a_cluster_ip_becomes_headless(
+    k8s: K8s,
+    namespace: str,
+    kafka: str,
+    topic_factory: TopicFactory,
+    operator: Callable[..., Operator],
+) -> None:
+    """Issue 22: a cluster IP per group filled the Service range at a few hundred groups. A
+    cluster IP cannot be taken away from a Service, so the old one is made again, headless."""
+    manifest = consumer_group("older", kafka, topic_factory(partitions=1))
+    apply(k8s, namespace, manifest)  # no operator yet: what an older one left behind follows
+    group = get(k8s, namespace, "kcg", "older")
+    owner = {
+        "apiVersion": "kafleet.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "name": "older",
+        "uid": group["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    old = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "older-metrics",
+            "labels": {"app.kubernetes.io/managed-by": "kafleet-operator"},
+            "ownerReferences": [owner],
+        },
+        "spec": {"selector": {"app.kubernetes.io/instance": "older"}, "ports": [{"port": 8080}]},
+    }
+    apply(k8s, namespace, old)
+    assert get(k8s, namespace, "service", "older-metrics")["spec"]["clusterIP"] != "None"
+
+    operator()
+    wait_condition(k8s, namespace, "older", "Ready", "True", 90)
+
+    service = get(k8s, namespace, "service", "older-metrics")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["metadata"]["ownerReferences"][0]["uid"] == owner["uid"]
