@@ -16,6 +16,10 @@ PYTEST_ARGS ?=
 # control plane); 0 runs all in one session. With PYTEST_ARGS set, one session runs those.
 TEST_SPLIT ?= 1
 REAL_NODE_TESTS := tests/e2e tests/testbed/test_real_node.py
+# Real KEDA's tests: KEDA's build (10 to 20 minutes of both cores) would take a cold CI run past
+# its 40 minutes, so `make bench` builds it and runs them (`make test-keda` alone); `make test`
+# leaves them out.
+KEDA_TESTS := tests/keda
 # How many set-up steps `make test` and `make bench` run side by side (the Go builds use the
 # cores while the downloads and the image builds wait on the network and the disk).
 SETUP_JOBS ?= 4
@@ -102,20 +106,25 @@ image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Sp
 test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run every test against the real test bed.
 	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana
 	@if [ -n "$(PYTEST_ARGS)" ] || [ "$(TEST_SPLIT)" = 0 ]; then \
-	  set -x; $(PY) -m pytest $(PYTEST_ARGS); \
+	  set -x; $(PY) -m pytest $(if $(PYTEST_ARGS),$(PYTEST_ARGS),--ignore=$(KEDA_TESTS)); \
 	else \
 	  mkdir -p .cache/test-logs; log=.cache/test-logs/real-node.log; \
 	  echo "the real node's tests run beside the others; their output: $$log (shown at the end)"; \
 	  $(PY) -m pytest $(REAL_NODE_TESTS) >$$log 2>&1 & node=$$!; \
-	  status=0; $(PY) -m pytest $(addprefix --ignore=,$(REAL_NODE_TESTS)) || status=$$?; \
+	  status=0; $(PY) -m pytest $(addprefix --ignore=,$(REAL_NODE_TESTS) $(KEDA_TESTS)) || status=$$?; \
 	  wait $$node || status=$$((status ? status : $$?)); \
 	  echo; echo "=== the real node's tests ($$log) ==="; cat $$log; exit $$status; \
 	fi
 
 .PHONY: bench
-bench: venv ## Set up the test bed and KEDA (side by side) and run the benchmarks, printing their tables (B8 on the real node).
+bench: venv ## Set up the test bed and KEDA (side by side), check KEDA runs (tests/keda), and run the benchmarks, printing their tables (B8 on the real node).
 	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed keda
+	$(PY) -m pytest -q $(KEDA_TESTS)
 	$(PY) -m bench
+
+.PHONY: test-keda
+test-keda: venv k8s-tools jars keda ## Build KEDA and run its tests (a ScaledObject scales a lagging group's Deployment).
+	$(PY) -m pytest $(KEDA_TESTS) $(PYTEST_ARGS)
 
 .PHONY: testbed
 testbed: jars delta-jars k8s-tools node-tools images ## Fetch and build everything the tests and benchmarks run on (make -j runs it side by side).
