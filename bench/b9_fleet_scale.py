@@ -54,6 +54,7 @@ IMAGE = "registry.example.com/worker:1"  # never pulled: kwok runs no container
 CHUNK = 100  # objects per server-side apply
 WORKDIR = kafka_infra.CACHE.parent / "bench-b9"
 KAFLEET = str(kafka_infra.REPO_ROOT / ".venv" / "bin" / "kafleet")
+CRDS = kafka_infra.REPO_ROOT / "crds"
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,13 @@ class Run:
         logs: dict[Path, str],
         passes: Callable[[], float] | None = None,
     ) -> None:
-        """Apply, settle, a window at rest, the step; the errors the scaler logged meanwhile
-        (``logs``: each log and how it marks an error)."""
-        sizes = {log: log.stat().st_size for log in logs}
+        """Apply, settle, a window at rest, the step; the errors the scaler logged at rest and
+        in the step (``logs``: each log and how it marks an error)."""
         started = time.monotonic()
         self.apply(ns, objects)
         figures.settle(measured, started, ready)
         time.sleep(min(30.0, self.window_s / 2))  # the first passes after Ready are not rest
+        sizes = {log: log.stat().st_size for log in logs}
         port = probe.port_of(self.topics.bootstrap)
         figures.measure(
             measured, self.plane.kubeconfig, pids, self.jmx, port, self.window_s, passes
@@ -153,16 +154,22 @@ def _kafleet(run: Run, bootstrap: str) -> Measured:
         for name in run.topics.names
     ]  # fmt: skip
     with run.namespace("b9-kafleet") as ns:
+        liveness = f"http://{kafka_infra.LOOPBACK}:{kafka_infra.free_port()}/healthz"
+        log = run.plane.log_path("kafleet-operator")
         pid = processes.spawn(
             [KAFLEET, "operator", "--namespace", ns, "--kubeconfig", str(run.plane.kubeconfig),
              "--interval-s", f"{INTERVAL_S:g}", "--sidecar-url", sidecars.url, "--liveness",
-             f"http://{kafka_infra.LOOPBACK}:{kafka_infra.free_port()}/healthz",
-             "--metrics-address", metrics],
-            run.plane.log_path("kafleet-operator"),
+             liveness, "--metrics-address", metrics],
+            log,
         )  # fmt: skip
+
         custom = kubernetes.client.CustomObjectsApi(run.api)
         apps = kubernetes.client.AppsV1Api(custom.api_client)
         kind = ("kafleet.io", "v1alpha1", ns, "consumergroups")
+
+        def alive() -> bool:  # kopf answers once its watches run
+            with urllib.request.urlopen(liveness, timeout=2) as response:
+                return bool(response.status == 200)
 
         def ready() -> int:
             return sum(map(figures.ready, custom.list_namespaced_custom_object(*kind)["items"]))
@@ -172,9 +179,10 @@ def _kafleet(run: Run, bootstrap: str) -> Measured:
             return wished > 1, apps.read_namespaced_deployment(name, ns).spec.replicas or 0
 
         try:
-            pids = {"kafleet-operator": pid}
-            log = {run.plane.log_path("kafleet-operator"): " ERROR "}
-            run.measure(measured, ns, groups, ready, read, pids, log, lambda: _passes(metrics))
+            if why := processes.wait_started(pid, log, alive, 60):
+                raise RuntimeError(f"kafleet operator {why}; read {log}")
+            pids, errors = {"kafleet-operator": pid}, {log: " ERROR "}
+            run.measure(measured, ns, groups, ready, read, pids, errors, lambda: _passes(metrics))
         finally:
             processes.stop(pid, timeout=30)
             sidecars.close()
@@ -236,7 +244,8 @@ def _one_size(ctx: Context, n: int, jmx: probe.BrokerJmx, window_s: float,
     plane = k8s.start_control_plane(WORKDIR / f"session-{os.getpid()}" / f"n{n}")
     try:
         _nodes(plane, len(topics.names) + STEP_GROUPS * MAX_REPLICAS)
-        plane.kubectl("apply", "--server-side", "-f", str(kafka_infra.REPO_ROOT / "crds"))
+        crd = plane.kubectl("apply", "--server-side", "-o", "name", "-f", str(CRDS)).split()
+        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crd)
         run = Run(plane, topics, jmx, step, window_s)
         measured = {"kafleet": _kafleet(run, ctx.bootstrap)}
         if keda_infra.built() is not None:

@@ -39,9 +39,10 @@ class Measured:
     threads: int = 0
     fds: int = 0
     connections: int = 0
-    kafka: dict[str, int] = field(default_factory=dict)  # requests over the window, by type
+    kafka_s: float = 0.0  # between the two reads of the broker's counters
+    kafka: dict[str, int] = field(default_factory=dict)  # requests meanwhile, by type
     api_per_min: dict[str, float] = field(default_factory=dict)  # by "VERB resource"
-    log_errors: int = 0  # from the apply to the step's end
+    log_errors: int = 0  # from the window at rest to the step's end
     passes_per_group_min: float | None = None
     decision_s: list[float] = field(default_factory=list)
     full_s: list[float] = field(default_factory=list)
@@ -92,8 +93,9 @@ def measure(
     measured.window_s = first[-1].t - first[0].t
     if passes:
         measured.passes_per_group_min = passed / measured.groups / (measured.window_s / 60)
-    measured.api_per_min = probe.api_rates(api_before, api_after, measured.window_s / 60)
-    measured.kafka = dict((kafka_after - kafka_before).most_common())
+    measured.api_per_min = probe.api_rates(api_before, api_after)
+    measured.kafka_s = kafka_after[0] - kafka_before[0]
+    measured.kafka = dict((kafka_after[1] - kafka_before[1]).most_common())
     for name, pid in pids.items():
         runs = samples[pid]
         measured.samples[name] = [asdict(s) for s in runs]
@@ -141,6 +143,7 @@ def percentile(values: list[float], q: float) -> float | None:
 def rows(measured: Measured, steps: int) -> dict[str, float | str | None]:
     """The table's figures for one scaler at one N, by label."""
     ticks, kafka, n = measured.window_s / TICK_S, Counter(measured.kafka), measured.groups
+    kafka_ticks = measured.kafka_s / TICK_S
     timed = {
         f"step -> {what}, {label}": percentile(values, q)
         for what, values in (("decision s", measured.decision_s), ("8 replicas s", measured.full_s))
@@ -154,13 +157,16 @@ def rows(measured: Measured, steps: int) -> dict[str, float | str | None]:
         "threads": measured.threads,
         "open fds": measured.fds,
         "broker connections": measured.connections,
-        "Kafka requests per tick": sum(kafka.values()) / ticks,
-        **{f"  {r} per tick": kafka[r] / ticks for r in ("ListOffsets", "Metadata", "OffsetFetch")},
+        "Kafka requests per tick": sum(kafka.values()) / kafka_ticks,
+        **{
+            f"  {r} per tick": kafka[r] / kafka_ticks
+            for r in ("ListOffsets", "Metadata", "OffsetFetch")
+        },
         "apiserver writes/min": probe.writes(measured.api_per_min),
         "apiserver requests/min": sum(measured.api_per_min.values()),
         "passes per group per min": measured.passes_per_group_min,
         **timed,
-        "errors logged, apply to step's end": measured.log_errors,
+        "errors logged at rest and in the step": measured.log_errors,
         f"decided / full, of {steps}": f"{len(measured.decision_s)} / {len(measured.full_s)}",
     }
 

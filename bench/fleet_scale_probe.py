@@ -158,8 +158,9 @@ class BrokerJmx:
                 check=True, capture_output=True, timeout=60,
             )  # fmt: skip
 
-    def requests(self) -> Counter[str]:
-        """Requests served so far by type (all versions), the broker's internal ones left out."""
+    def requests(self) -> tuple[float, Counter[str]]:
+        """When (the epoch's seconds, as JmxTool read them), and the requests served so far by
+        type (all versions), the broker's internal ones left out."""
         url = f"service:jmx:rmi:///jndi/rmi://{kafka_infra.LOOPBACK}:{self.port}/jmxrmi"
         done = subprocess.run(
             ["java", "-Xmx128m", "-cp", f"{kafka_infra.libs_dir()}/*",
@@ -172,35 +173,40 @@ class BrokerJmx:
         for request, count in re.findall(r"request=(\w+),version=\d+:Count=(\d+)", done.stdout):
             if request not in INTERNAL_REQUESTS:
                 counts[request] += int(count)
-        return counts
+        read = re.search(r"^time=(\d+)$", done.stdout, re.M)
+        return (int(read[1]) / 1000 if read else time.time()), counts
 
 
 REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$", re.M)
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def apiserver_requests(kubeconfig: Path) -> Counter[tuple[str, str]]:
-    """``apiserver_request_total`` by (verb, resource[/subresource]), summed over the rest."""
+def apiserver_requests(kubeconfig: Path) -> tuple[float, Counter[str]]:
+    """When (the epoch's seconds, halfway through the call), and ``apiserver_request_total``
+    by "VERB resource[/subresource]", summed over the other labels."""
+    asked = time.time()
     text = k8s.kubectl(kubeconfig, "get", "--raw", "/metrics", timeout=60)
-    counts: Counter[tuple[str, str]] = Counter()
+    when = (asked + time.time()) / 2
+    counts: Counter[str] = Counter()
     for labels, value in REQUEST_TOTAL.findall(text):
         found = dict(LABEL.findall(labels))
         resource = found.get("resource", "")
         if found.get("subresource"):
             resource += "/" + found["subresource"]
-        counts[(found.get("verb", ""), resource)] += int(float(value))
-    return counts
+        counts[f"{found.get('verb', '')} {resource}"] += int(float(value))
+    return when, counts
 
 
 def api_rates(
-    before: Counter[tuple[str, str]], after: Counter[tuple[str, str]], minutes: float
+    before: tuple[float, Counter[str]], after: tuple[float, Counter[str]]
 ) -> dict[str, float]:
-    """Requests per minute by "VERB resource", watches and the control plane's own heartbeats
-    left out, most first."""
+    """Requests per minute between two ``apiserver_requests``, by "VERB resource", watches
+    and the control plane's own heartbeats left out, most first."""
+    minutes = (after[0] - before[0]) / 60
     return {
-        f"{verb} {resource}": round(count / minutes, 1)
-        for (verb, resource), count in (after - before).most_common()
-        if verb != "WATCH" and resource.split("/")[0] not in BACKGROUND
+        key: round(count / minutes, 1)
+        for key, count in (after[1] - before[1]).most_common()
+        if not key.startswith("WATCH") and key.split()[-1].split("/")[0] not in BACKGROUND
     }
 
 
