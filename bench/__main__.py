@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 from pathlib import Path
 
 from bench.harness import Context, machine
 from tests.infra import kafka as kafka_infra
+from tests.infra import processes
 
 
 def discover() -> list[str]:
@@ -27,7 +29,11 @@ def main() -> int:
         print(f"no benchmark matches {args.names}; there are: {discover()}", file=sys.stderr)
         return 2
 
-    workdir = kafka_infra.CACHE / "runs" / "bench"
+    # A broker folder per run: two benchmarks at once (B8 on the real node, B9 on kwok) must not
+    # empty each other's; a killed run's folder and broker go at the next run's start.
+    runs = kafka_infra.CACHE / "runs" / "bench-sessions"
+    processes.reap_stale_runs(runs)
+    workdir = runs / f"session-{os.getpid()}"
     started = time.monotonic()
     broker = kafka_infra.start_broker(workdir)
     print(

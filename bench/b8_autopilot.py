@@ -1,34 +1,40 @@
-"""B8, the autopilot against KEDA's policy, on the real node with real workers.
+"""B8, the autopilot against KEDA, on the real node with real workers.
 
 (The issue that asked for it calls it B7; ``b7_delta_resume.py`` had the name already.)
 
 One lag trace (``autopilot_trace.Trace``: steady input at half a replica's capacity, then ten
-times that for two minutes, then idle) is run twice on the same fleet, same topic layout, same
-threshold: once scaled by kafleet's operator (the chart's defaults, a pass every 5 s), once by
-a faithful model of KEDA's Kafka scaler and the HPA (``keda_hpa.py``: the metric read from
-Kafka at each 15 s HPA sync, as KEDA v2.21 does with ``minReplicaCount`` >= 1) writing the
-ConsumerGroup's scale subresource, with ``autoscaling.external: true`` so the operator only
-reports. Both scale-down windows are shortened from 300 s to ``DOWN_WINDOW_S`` alike, so a run
-ends in minutes. Every second the run samples the wished replicas, the Deployment's pods, and
-the group's lag from Kafka; ``autopilot_trace.summarise`` makes the figures.
+times that for two minutes, then idle) is run on the same fleet, same topic layout, same
+threshold, once per scaler: kafleet's operator (the chart's defaults, a pass every 5 s); a
+faithful model of KEDA's Kafka scaler and the HPA (``keda_hpa.py``: the metric read from Kafka
+at each 15 s HPA sync, as KEDA v2.21 does with ``minReplicaCount`` >= 1) writing the
+ConsumerGroup's scale subresource; and real KEDA v2.21 with the HPA of kube-controller-manager
+(``autopilot_keda.py``) at its default ``pollingInterval`` (30 s) and tuned (5 s). All but
+kafleet's run have ``autoscaling.external: true``, so the operator only reports and applies
+``spec.replicas``. Every scale-down window is shortened from 300 s to ``DOWN_WINDOW_S`` alike,
+so a run ends in minutes. The burst begins ``HPA_PHASE_S`` before an HPA sync in the model's
+and the real HPA's runs. Every second the run samples the wished replicas, the Deployment's
+pods, and the group's lag from Kafka; ``autopilot_trace.summarise`` makes the figures.
 
-Does not own the test bed (``fleet_bed.py``) or the policies.
+Does not own the test bed (``fleet_bed.py``), the policies, or KEDA's ScaledObject and processes
+(``autopilot_keda.py``, ``tests/infra/keda.py``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import kubernetes
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from bench import fleet_bed, keda_hpa
+from bench import autopilot_keda, fleet_bed, keda_hpa
 from bench.autopilot_trace import Figures, Sample, Trace, summarise
 from bench.harness import Context, Table
 from tests.infra import kafka as kafka_infra
+from tests.infra import keda as keda_infra
 
 PARTITIONS = 12
 WORK_S = 0.1  # a record's work; 4 threads: one replica handles 40 records a second
@@ -50,6 +56,24 @@ KEDA = keda_hpa.Settings(
     down_window_s=DOWN_WINDOW_S,
     offset_reset_latest=False,  # the workers' auto_offset_reset: earliest
 )
+
+
+@dataclass(frozen=True)
+class Policy:
+    label: str  # the table's row
+    slug: str  # in the group's name and the samples' file
+    model: bool = False  # keda_hpa's model writes the scale subresource
+    real: keda_hpa.Settings | None = None  # real KEDA with this ScaledObject
+
+
+POLICIES = (
+    Policy("kafleet", "kafleet"),
+    Policy("KEDA model (HPA 15 s)", "model", model=True),
+    Policy(f"KEDA {autopilot_keda.VERSION}, polling 30 s", "keda30",
+           real=replace(KEDA, polling_interval_s=30.0)),
+    Policy(f"KEDA {autopilot_keda.VERSION}, polling 5 s", "keda5",
+           real=replace(KEDA, polling_interval_s=5.0)),
+)  # fmt: skip
 
 
 def _group(bed: fleet_bed.Bed, name: str, topic: str, bootstrap: str, external: bool) -> Any:
@@ -124,7 +148,7 @@ class Observer:
             kubernetes.client.AppsV1Api(api),
             kubernetes.client.CustomObjectsApi(api),
         )
-        self.bed, self.name, self.topic = bed, name, topic
+        self.bed, self.bootstrap, self.name, self.topic = bed, bootstrap, name, topic
 
     def offsets(self) -> tuple[dict[int, int], dict[int, int | None]]:
         """Log-end and committed offsets per partition. The committed ones through a consumer:
@@ -175,27 +199,51 @@ class Observer:
 
 
 def _run(
-    bed: fleet_bed.Bed, ctx: Context, trace: Trace, policy: str
-) -> tuple[Figures, list[Sample]]:
-    name = f"b8-{policy}-{int(time.time())}"
+    bed: fleet_bed.Bed, ctx: Context, trace: Trace, policy: Policy
+) -> tuple[Figures, list[Sample], list[str]]:
+    """One run of the trace under ``policy``: its figures, its samples, and notes on it."""
+    name = f"b8-{policy.slug}-{int(time.time())}"
     topic = name
     admin = AdminClient({"bootstrap.servers": ctx.bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-    bed.apply(_group(bed, name, topic, ctx.pods_bootstrap, external=policy == "keda"))
+    external = policy.slug != "kafleet"
+    bed.apply(_group(bed, name, topic, ctx.pods_bootstrap, external=external))
     observer = Observer(bed, ctx.bootstrap, name, topic)
     deadline = time.monotonic() + 240
     while observer.replicas()[2] < 1 or observer.offsets()[1].get(0) is None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{name}: no ready worker committing within 240 s")
         if observer.offsets()[1].get(0) is None:  # a first commit, so lag is well defined
-            first = Producer({"bootstrap.servers": ctx.bootstrap})
-            first.produce(topic, b"{}", partition=0)
-            first.flush(10)
+            seed = Producer({"bootstrap.servers": ctx.bootstrap})
+            seed.produce(topic, b"{}", partition=0)
+            seed.flush(10)
         time.sleep(2)
-    hpa = keda_hpa.KedaHpa(KEDA) if policy == "keda" else None
+    notes: list[str] = []
+    if policy.real is None:
+        samples = _sample(observer, trace, time.monotonic(), policy.model)
+    else:
+        with autopilot_keda.scaling(bed, name, topic, ctx.bootstrap, policy.real) as real:
+            started = real.syncs.start_for(trace.burst_start, HPA_PHASE_S)
+            samples = _sample(observer, trace, started, False)
+            first = real.syncs.first_after(started + trace.burst_start)
+            seen = "none seen" if first is None else f"{first:.1f} s"
+            notes.append(
+                f"{policy.label}: the HPA's first sync after the burst began: {seen} (aimed at "
+                f"{HPA_PHASE_S:g} s), its period {real.syncs.period():.2f} s; KEDA logged "
+                f"{real.errors()} errors during the run"
+            )
+    observer.reader.close()
+    bed.delete_group(name)
+    return summarise(samples, trace, THRESHOLD), samples, notes
+
+
+def _sample(observer: Observer, trace: Trace, started: float, model: bool) -> list[Sample]:
+    """The trace written from ``started`` (a ``time.monotonic()``), sampled every second;
+    with ``model``, ``keda_hpa``'s HPA syncs every 15 s, one ``HPA_PHASE_S`` after the burst
+    began."""
+    hpa = keda_hpa.KedaHpa(KEDA) if model else None
     next_sync = HPA_PHASE_S  # then every sync period on the dot, as the HPA's resync
-    started = time.monotonic()
-    feed = Input(ctx.bootstrap, topic, trace, started)
+    feed = Input(observer.bootstrap, observer.topic, trace, started)
     feed.start()
     samples: list[Sample] = []
     while (t := time.monotonic() - started) < trace.total_s:
@@ -211,52 +259,69 @@ def _run(
         samples.append(Sample(t, wished, pods, ready, lag))
         time.sleep(max(0.0, 1.0 - (time.monotonic() - started - t)))
     feed.join(30)
-    observer.reader.close()
-    bed.delete_group(name)
-    return summarise(samples, trace, THRESHOLD), samples
+    return samples
+
+
+def _ratio(mine: float | None, kafleet: float | None) -> str:
+    if mine is None or not kafleet:
+        return "-"
+    return f"{mine / kafleet:.2f}"
 
 
 def run(ctx: Context) -> Table:
     trace = QUICK if ctx.quick else TRACE
     table = Table(
         "b8",
-        "the autopilot against KEDA's policy: a 10x burst on real pods",
+        "the autopilot against KEDA (modelled and real): a 10x burst on real pods",
         ["policy", "first scale-up s", "lag under threshold s after burst", "replica-s", "max lag",
-         "max replicas", "scale events", "reversals", "flaps"],
+         "max replicas", "scale events", "reversals", "flaps", "scale-up / kafleet",
+         "under threshold / kafleet", "replica-s / kafleet"],
     )  # fmt: skip
     workdir = kafka_infra.CACHE.parent / "bench-fleet"
     workdir.mkdir(parents=True, exist_ok=True)
+    policies = [p for p in POLICIES if p.real is None or autopilot_keda.built()]
     results: dict[str, Figures] = {}
+    run_notes: list[str] = []
     with fleet_bed.fleet_bed(workdir) as bed:
-        for policy in ("kafleet", "keda"):
-            figures, samples = _run(bed, ctx, trace, policy)
-            results[policy] = figures
-            (workdir / f"{policy}-samples.tsv").write_text(
+        for policy in policies:
+            figures, samples, notes = _run(bed, ctx, trace, policy)
+            results[policy.slug] = f = figures
+            k = results["kafleet"]  # the first
+            run_notes += notes
+            (workdir / f"{policy.slug}-samples.tsv").write_text(
                 "".join(f"{s.t:.1f}\t{s.wished}\t{s.pods}\t{s.ready}\t{s.lag}\n" for s in samples)
             )
-            f = figures
-            table.add(policy, f.first_scale_up_s, f.drained_s, f.replica_seconds, f.max_lag,
-                      f.max_replicas, f.scale_events, f.reversals, f.flaps)  # fmt: skip
-    k, h = results["kafleet"], results["keda"]
-    if k.replica_seconds and h.replica_seconds:
-        table.notes.append(
-            f"replica-seconds kafleet / KEDA: {k.replica_seconds / h.replica_seconds:.2f}"
-        )
-    if k.drained_s and h.drained_s:
-        table.notes.append(
-            f"lag under threshold after the burst, kafleet / KEDA: {k.drained_s / h.drained_s:.2f}"
-        )
+            table.add(policy.label, f.first_scale_up_s, f.drained_s, f.replica_seconds, f.max_lag,
+                      f.max_replicas, f.scale_events, f.reversals, f.flaps,
+                      _ratio(f.first_scale_up_s, k.first_scale_up_s),
+                      _ratio(f.drained_s, k.drained_s),
+                      _ratio(f.replica_seconds, k.replica_seconds))  # fmt: skip
     table.notes += [
         f"trace: {trace.steady_per_s:g} records/s for {trace.steady_s:g} s, "
         f"{trace.steady_per_s * trace.burst_factor:g}/s for {trace.burst_s:g} s, idle "
         f"{trace.idle_s:g} s; {PARTITIONS} partitions; {WORK_S * 1000:g} ms a record, "
         f"{CONCURRENCY} threads by key (one replica: {CONCURRENCY / WORK_S:g} records/s)",
-        f"threshold {THRESHOLD} records a replica for both; scale-down windows {DOWN_WINDOW_S} s "
-        "for both (the HPA's default 300 s, shortened alike); kafleet: the chart's 5 s pass; "
-        "KEDA: the HPA's 15 s sync reading Kafka at each sync (KEDA v2.21, minReplicaCount 1), "
-        f"its first sync {HPA_PHASE_S:g} s after the burst began (the mean case), "
-        "no behavior (scale up to max(2x, 4) a sync)",
+        f"threshold {THRESHOLD} records a replica for all; replicas 1..{MAX_REPLICAS}; "
+        f"scale-down windows {DOWN_WINDOW_S} s for all (the HPA's default 300 s, shortened "
+        "alike; real KEDA: advanced.horizontalPodAutoscalerConfig.behavior.scaleDown."
+        f"stabilizationWindowSeconds {DOWN_WINDOW_S}); kafleet: the chart's 5 s pass",
+        "KEDA model: the HPA's 15 s sync reading Kafka at each sync (KEDA v2.21, "
+        f"minReplicaCount 1), its first sync {HPA_PHASE_S:g} s after the burst began (the mean "
+        "case), no behavior (scale up to max(2x, 4) a sync)",
+        f"real KEDA {autopilot_keda.VERSION} (operator and metrics adapter as processes beside the "
+        "control plane, started for its run only) and kube-controller-manager's HPA (sync 15 s, "
+        "its default) scaling the ConsumerGroup through its scale subresource: a ScaledObject "
+        "with the kafka trigger (same topic and group, lagThreshold "
+        f"{THRESHOLD}, offsetResetPolicy earliest), pollingInterval 30 s (KEDA's default) or "
+        f"5 s; the trace started so the burst began {HPA_PHASE_S:g} s before an HPA sync (syncs "
+        "seen as the adapter's GetMetrics calls on KEDA's operator); a behavior set, the HPA "
+        "scales up by its default policies (+4 pods or +100 % per 15 s, the larger: 1 -> 5 -> "
+        "10), not the model's no-behavior max(2x, 4) (1 -> 4 -> 8)",
+        *run_notes,
+        "x / kafleet: the figure over kafleet's (under threshold: '-' when kafleet's is 0)",
         "replica-s: the Deployment's pods (ready or not) over the whole run; samples in "
         f"{workdir}/*-samples.tsv",
     ]
+    if not autopilot_keda.built():
+        table.notes.append(f"real KEDA is not built ({keda_infra.BIN}): make keda")
     return table

@@ -3,8 +3,9 @@ kafleet's operator installed from the chart with helm, as the end-to-end tests h
 
 Owns: starting and stopping those three in order (``fleet_bed``), and what a benchmark needs to
 run a ConsumerGroup's pods on the node: the kubeconfig, the watched namespace, the examples'
-image, the pods' placement, and kubectl. Does not own any benchmark's workload, nor the parts
-(``tests/infra/``: ``k8s.py``, ``node.py``, ``images.py``).
+image, the pods' placement, kubectl, and the control plane itself (for KEDA beside it). Does not
+own any benchmark's workload, nor the parts (``tests/infra/``: ``k8s.py``, ``node.py``,
+``images.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Bed:
     kubeconfig: Path
     namespace: str
     image: str  # kafleet plus examples/ (load.py)
+    plane: k8s.ControlPlane  # for what runs beside it (B8's real KEDA: ``keda.start_keda``)
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return k8s.kubectl(self.kubeconfig, *args, input=input, timeout=180)
@@ -74,7 +76,7 @@ def fleet_bed(workdir: Path, interval_s: float = 5.0) -> Iterator[Bed]:
         built = {ref: tar for ref, tar in images.build_all().items() if ref != images.SPARK_IMAGE}
         node = node_infra.start_node(plane, node_infra.session_workdir(), images=built)
         try:
-            bed = Bed(plane.kubeconfig, NAMESPACE, images.EXAMPLES_IMAGE)
+            bed = Bed(plane.kubeconfig, NAMESPACE, images.EXAMPLES_IMAGE, plane)
             for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
                 bed.kubectl("create", "namespace", namespace)
             repository = images.KAFLEET_IMAGE.rpartition(":")[0]
