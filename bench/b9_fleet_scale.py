@@ -41,7 +41,7 @@ from bench import fleet_scale_probe as probe
 from bench.fleet_scale_figures import Measured
 from bench.fleet_scale_kafka import PARTITIONS, Topics
 from bench.harness import RESULTS, Context, Table
-from tests.infra import k8s, processes
+from tests.infra import k8s, processes, waiting
 from tests.infra import kafka as kafka_infra
 from tests.infra import keda as keda_infra
 
@@ -54,7 +54,7 @@ IMAGE = "registry.example.com/worker:1"  # never pulled: kwok runs no container
 CHUNK = 100  # objects per server-side apply
 WORKDIR = kafka_infra.CACHE.parent / "bench-b9"
 KAFLEET = str(kafka_infra.REPO_ROOT / ".venv" / "bin" / "kafleet")
-CRDS = kafka_infra.REPO_ROOT / "crds"
+CRDS, CRD = kafka_infra.REPO_ROOT / "crds", "consumergroups.kafleet.io"
 
 
 @dataclass(frozen=True)
@@ -213,8 +213,9 @@ def _keda(run: Run, bootstrap: str) -> Measured:
         hpas = kubernetes.client.AutoscalingV2Api(custom.api_client)
         kind = ("keda.sh", "v1alpha1", ns, "scaledobjects")
 
-        def ready() -> int:
-            return sum(map(figures.ready, custom.list_namespaced_custom_object(*kind)["items"]))
+        def ready() -> int:  # and the HPA seen: KEDA's last status write of a new one
+            found = custom.list_namespaced_custom_object(*kind)["items"]
+            return sum(figures.ready(so, also="HPAActive") for so in found)
 
         def read(name: str) -> tuple[bool, int]:
             hpa = hpas.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{name}", ns)
@@ -244,8 +245,12 @@ def _one_size(ctx: Context, n: int, jmx: probe.BrokerJmx, window_s: float,
     plane = k8s.start_control_plane(WORKDIR / f"session-{os.getpid()}" / f"n{n}")
     try:
         _nodes(plane, len(topics.names) + STEP_GROUPS * MAX_REPLICAS)
-        crd = plane.kubectl("apply", "--server-side", "-o", "name", "-f", str(CRDS)).split()
-        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crd)
+        plane.kubectl("apply", "--server-side", "-f", str(CRDS))
+        established = '{.status.conditions[?(@.type=="Established")].status}'
+        waiting.wait_until(
+            lambda: plane.kubectl("get", "crd", CRD, "-o", f"jsonpath={established}") == "True",
+            60, f"{CRD} established", every=0.5,
+        )  # fmt: skip
         run = Run(plane, topics, jmx, step, window_s)
         measured = {"kafleet": _kafleet(run, ctx.bootstrap)}
         if keda_infra.built() is not None:

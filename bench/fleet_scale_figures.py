@@ -49,9 +49,11 @@ class Measured:
     samples: dict[str, list[dict[str, float]]] = field(default_factory=dict)
 
 
-def ready(obj: dict[str, Any]) -> bool:
+def ready(obj: dict[str, Any], also: str = "") -> bool:
+    """Whether the object's Ready condition is True (and it has an ``also`` condition)."""
     conditions = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    found = {c.get("type"): c.get("status") for c in conditions}
+    return found.get("Ready") == "True" and (not also or also in found)
 
 
 def settle(measured: Measured, started: float, count: Callable[[], int]) -> None:
@@ -100,7 +102,7 @@ def measure(
         runs = samples[pid]
         measured.samples[name] = [asdict(s) for s in runs]
         measured.cpu_s += runs[-1].cpu_s - runs[0].cpu_s
-        measured.peak_rss_mib += runs[-1].peak_rss_mib
+        measured.peak_rss_mib += max(s.peak_rss_mib for s in runs)
         measured.threads += max(s.threads for s in runs)
         measured.fds += max(s.fds for s in runs)
         measured.connections += max(s.connections for s in runs)

@@ -1,8 +1,9 @@
 """B9's readers of what a process, the broker and the apiserver spend, and its fake sidecars.
 
-Owns: a process's figures from ``/proc/<pid>`` (CPU seconds, resident and peak memory, threads,
-open fds, established TCP connections to a port) and a ``Sampler`` that takes them every second
-over a window; the broker's request counters over JMX (the agent started in the running broker
+Owns: a process's figures from ``/proc``, its descendants' included (kafleet's operator may
+read Kafka in a child process): CPU seconds, resident and peak memory, threads, open fds,
+established TCP connections to a port; and a ``Sampler`` that takes them every second over a
+window; the broker's request counters over JMX (the agent started in the running broker
 with ``jcmd ManagementAgent.start``, read with Kafka's own ``org.apache.kafka.tools.JmxTool``,
 so ``tests/infra/kafka.py`` is left as it is); the apiserver's ``apiserver_request_total`` from
 its ``/metrics``; and ``FakeSidecars``, one HTTP server answering every pod's ``/status`` with
@@ -42,10 +43,13 @@ BACKGROUND = frozenset({"leases", "nodes"})
 
 @dataclass(frozen=True)
 class ProcSample:
+    """A process and its descendants (a reader process of its own counts with its parent)."""
+
     t: float
-    cpu_s: float
+    processes: int
+    cpu_s: float  # user and system, the reaped descendants' included
     rss_mib: float
-    peak_rss_mib: float
+    peak_rss_mib: float  # the sum of each process's own peak
     threads: int
     fds: int
     connections: int  # established, to the port asked for
@@ -57,8 +61,13 @@ def _status(pid: int) -> dict[str, str]:
 
 
 def _socket_inodes(pid: int) -> set[str]:
-    found = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
+    """The inodes of the process's sockets (none if it is gone or not ours to read)."""
+    found: set[str] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:  # closed meanwhile
@@ -76,14 +85,30 @@ def _tcp_rows(pid: int) -> list[list[str]]:
     return rows
 
 
-def connections(pid: int, port: int) -> int:
-    """The process's established TCP connections to ``port`` (any address)."""
-    inodes = _socket_inodes(pid)
+def connections(pids: list[int], port: int) -> int:
+    """The processes' established TCP connections to ``port`` (any address)."""
+    inodes = set().union(*map(_socket_inodes, pids))
     return sum(
         1
-        for row in _tcp_rows(pid)
+        for row in _tcp_rows(pids[0])
         if row[3] == ESTABLISHED and int(row[2].rsplit(":", 1)[1], 16) == port and row[9] in inodes
     )
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its living descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
 
 
 def listening_pid(port: int) -> int | None:
@@ -94,26 +119,32 @@ def listening_pid(port: int) -> int | None:
         if row[3] == LISTEN and int(row[1].rsplit(":", 1)[1], 16) == port
     }
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if inodes & _socket_inodes(int(pid)):
-                return int(pid)
-        except OSError:  # gone, or not ours to read
-            continue
+        if inodes & _socket_inodes(int(pid)):
+            return int(pid)
     return None
 
 
 def sample(pid: int, port: int) -> ProcSample:
-    stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    status = _status(pid)
+    """``pid`` and its descendants now."""
+    pids, cpu, rss, peak, threads, fds = tree(pid), 0, 0, 0, 0, 0
+    for one in pids:
+        try:
+            stat = Path(f"/proc/{one}/stat").read_text().rpartition(")")[2].split()
+            status = _status(one)
+            opened = len(os.listdir(f"/proc/{one}/fd"))
+        except OSError:  # a descendant gone meanwhile (its parent's cutime has it)
+            if one == pid:
+                raise
+            continue
+        cpu += sum(map(int, stat[11:15]))  # utime, stime, cutime, cstime
+        rss += int(status.get("VmRSS", "0 kB").split()[0])
+        peak += int(status.get("VmHWM", "0 kB").split()[0])
+        threads += int(status["Threads"])
+        fds += opened
     return ProcSample(
-        time.monotonic(),
-        (int(stat[11]) + int(stat[12])) / TICKS,  # utime + stime
-        int(status["VmRSS"].split()[0]) / 1024,
-        int(status["VmHWM"].split()[0]) / 1024,
-        int(status["Threads"]),
-        len(os.listdir(f"/proc/{pid}/fd")),
-        connections(pid, port),
-    )
+        time.monotonic(), len(pids), cpu / TICKS, rss / 1024, peak / 1024, threads, fds,
+        connections(pids, port),
+    )  # fmt: skip
 
 
 class Sampler(threading.Thread):
