@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import kubernetes
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -42,6 +43,7 @@ CONCURRENCY = 4
 THRESHOLD = 100  # KEDA's lagThreshold and kafleet's lag_per_replica
 DOWN_WINDOW_S = 60  # both scale-down windows (the HPA's default is 300 s)
 MAX_REPLICAS = PARTITIONS
+T = TypeVar("T")
 # The HPA's syncs come every 15 s at a phase of its own; the burst lands at a random point of
 # that cycle, 7.5 s before the next sync on average. The syncs are placed so the burst starts
 # exactly 7.5 s before one (the trace's steady part is a whole number of syncs), the mean case
@@ -137,6 +139,18 @@ class Input(threading.Thread):
         self.producer.flush(30)
 
 
+def _retried(read: Callable[[], T], attempts: int = 5) -> T:
+    """``read()``, tried again after half a second on a KafkaException."""
+    for attempt in range(attempts):
+        try:
+            return read()
+        except KafkaException:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
 class Observer:
     """The group's lag per partition from Kafka, and the replicas from the apiserver."""
 
@@ -151,20 +165,19 @@ class Observer:
         self.bed, self.bootstrap, self.name, self.topic = bed, bootstrap, name, topic
 
     def offsets(self) -> tuple[dict[int, int], dict[int, int | None]]:
-        """Log-end and committed offsets per partition. The committed ones through a consumer:
-        AdminClient.list_consumer_group_offsets crashes confluent-kafka 2.16.1 while a new
-        group's coordinator loads (a segfault in rd_kafka_cgrp_op; lag_reader.py met it too)."""
+        """Log-end and committed offsets per partition, each read tried 5 times: a topic just
+        made answers NOT_LEADER_FOR_PARTITION until its leader is known. The committed ones
+        through a consumer: AdminClient.list_consumer_group_offsets crashes confluent-kafka
+        2.16.1 while a new group's coordinator loads (a segfault in rd_kafka_cgrp_op;
+        lag_reader.py met it too)."""
         tps = [TopicPartition(self.topic, p) for p in range(PARTITIONS)]
-        ends = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in tps})
-        end = {tp.partition: f.result(10).offset for tp, f in ends.items()}
-        for attempt in range(5):
-            try:
-                found = self.reader.committed(tps, timeout=10)
-                break
-            except KafkaException:
-                if attempt == 4:
-                    raise
-                time.sleep(0.5)
+
+        def ends() -> dict[int, int]:
+            found = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in tps})
+            return {tp.partition: f.result(10).offset for tp, f in found.items()}
+
+        end = _retried(ends)
+        found = _retried(lambda: self.reader.committed(tps, timeout=10))
         done = {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
         return end, done
 
