@@ -9,8 +9,9 @@ its calls to sidecars answered by ``FakeSidecars``) with N ConsumerGroups (autos
 ``lag_per_replica`` 100, defaults otherwise), then KEDA (``tests/infra/keda.py``) with N
 Deployments of one replica and a ScaledObject each (kafka trigger, ``lagThreshold`` 100,
 ``pollingInterval`` 5, 1..8), both applied server-side in chunks. For each: the time from the
-apply until every object is Ready; at rest, over a window, the scaler's processes from /proc
-(CPU, peak RSS, threads, fds, connections to the broker), the broker's requests (JMX) and the
+apply until every object is Ready (a ScaledObject: and its HPA seen, ``HPAActive``); at rest
+(from 30 s later), over a window, the scaler's processes and their children from /proc (CPU,
+peak RSS, threads, fds, connections to the broker), the broker's requests (JMX) and the
 apiserver's requests (its /metrics, the control plane's own heartbeats left out); then 2,000
 records into the topics of 10 random groups and, per group, the time to the scaler's decision
 (kafleet: the ConsumerGroup's ``spec.replicas``; KEDA: its HPA's ``desiredReplicas``) and to
@@ -133,6 +134,12 @@ def _nodes(plane: k8s.ControlPlane, pods: int) -> None:
     plane.kubectl("wait", "--for=condition=Ready", "--timeout=120s", *(f"node/{n}" for n in names))
 
 
+def _established(plane: k8s.ControlPlane) -> bool:
+    crd = json.loads(plane.kubectl("get", "crd", CRD, "-o", "json"))
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
 def _passes(address: str) -> float:
     """The operator's passes so far, all groups and results."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
@@ -242,28 +249,26 @@ def _one_size(ctx: Context, n: int, jmx: probe.BrokerJmx, window_s: float,
         notes.append(f"N={n}: the broker took {len(topics.names)} topics: {topics.refused}")
     step = random.Random(n).sample(topics.names, min(STEP_GROUPS, len(topics.names)))
     processes.reap_stale_runs(WORKDIR)
-    plane = k8s.start_control_plane(WORKDIR / f"session-{os.getpid()}" / f"n{n}")
     try:
-        _nodes(plane, len(topics.names) + STEP_GROUPS * MAX_REPLICAS)
-        plane.kubectl("apply", "--server-side", "-f", str(CRDS))
-        established = '{.status.conditions[?(@.type=="Established")].status}'
-        waiting.wait_until(
-            lambda: plane.kubectl("get", "crd", CRD, "-o", f"jsonpath={established}") == "True",
-            60, f"{CRD} established", every=0.5,
-        )  # fmt: skip
-        run = Run(plane, topics, jmx, step, window_s)
-        measured = {"kafleet": _kafleet(run, ctx.bootstrap)}
-        if keda_infra.built() is not None:
-            topics.commit_at_end(step)  # lag 0 again
-            measured["KEDA"] = _keda(run, ctx.bootstrap)
+        plane = k8s.start_control_plane(WORKDIR / f"session-{os.getpid()}" / f"n{n}")
+        try:
+            _nodes(plane, len(topics.names) + STEP_GROUPS * MAX_REPLICAS)
+            plane.kubectl("apply", "--server-side", "-f", str(CRDS))
+            waiting.wait_until(lambda: _established(plane), 60, f"{CRD} established", every=0.5)
+            run = Run(plane, topics, jmx, step, window_s)
+            measured = {"kafleet": _kafleet(run, ctx.bootstrap)}
+            if keda_infra.built() is not None:
+                topics.commit_at_end(step)  # lag 0 again
+                measured["KEDA"] = _keda(run, ctx.bootstrap)
+        finally:
+            plane.stop()
     finally:
-        plane.stop()
-    unlisted, closed = topics.delete()
-    notes.append(
-        f"N={n}: {len(topics.names) * PARTITIONS:,} partitions created and led in "
-        f"{topics.created_s:.1f} s; deleted: unlisted after {unlisted:.1f} s, their files "
-        f"closed after {closed:.0f} s"
-    )
+        unlisted, closed = topics.delete()
+        notes.append(
+            f"N={n}: {len(topics.names) * PARTITIONS:,} partitions created and led in "
+            f"{topics.created_s:.1f} s; deleted: unlisted after {unlisted:.1f} s, their files "
+            f"closed after {closed:.0f} s"
+        )
     return measured
 
 
