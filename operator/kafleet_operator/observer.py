@@ -121,10 +121,18 @@ def _latest(body: Mapping[str, Any], memo: Any) -> Mapping[str, Any]:
     return cast(Mapping[str, Any], body.get("status") or {})
 
 
+def _present(value: Any) -> Any:
+    """A status as the API server keeps it: a merge patch's ``None`` removes a field, at any
+    depth, so a field written ``None`` reads back absent."""
+    if isinstance(value, Mapping):
+        return {k: _present(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def _meaning(status: Mapping[str, Any]) -> dict[str, Any]:
     """What of a status is news: all but the live figures (``LIVE``: the operator's
     ``/metrics`` has them every pass) and the words of the conditions."""
-    kept = {k: v for k, v in status.items() if k not in LIVE}
+    kept = {k: v for k, v in _present(status).items() if k not in LIVE}
     if isinstance(kept.get("conditions"), list):
         kept["conditions"] = sorted(
             tuple(str(c.get(k)) for k in ("type", "status", "reason", "observedGeneration"))
@@ -144,7 +152,7 @@ def worth_writing(current: Mapping[str, Any], new: Mapping[str, Any], since_s: f
     before = {k: current.get(k) for k in new}
     if _meaning(new) != _meaning(before):
         return True
-    return before != dict(new) and since_s >= REFRESH_S
+    return _present(before) != _present(new) and since_s >= REFRESH_S
 
 
 def _level(
@@ -159,7 +167,11 @@ def _level(
     may read the group a moment before the reconcile of its last edit)."""
     found = None
     if deployment is not None and settled and not held.reconciliation:
-        found = owned.drift(deployment, parsed, held)
+        generation = body.metadata.get("generation", 0)
+        hashed = memo.get("config_hash")
+        if hashed is None or hashed[0] != generation:  # the spec changes only with it
+            hashed = memo["config_hash"] = (generation, builders.config_hash(parsed))
+        found = owned.drift(deployment, parsed, held, hashed[1])
     if found is not None and memo.get("drift") == found:
         owned.put_back("Deployment", body, False, f"drifted ({found})")
         found = None

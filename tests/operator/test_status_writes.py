@@ -70,3 +70,12 @@ def test_the_words_of_a_condition_and_the_handlers_latency_are_live_figures() ->
 
 def test_a_field_the_status_lacks_is_news() -> None:
     assert observer.worth_writing({}, status(), since_s=0)
+
+
+def test_a_field_written_none_reads_back_absent_and_is_not_news() -> None:
+    """B9 found every group at rest written every pass: ``tuning.appliedMin: None`` is dropped
+    by the merge patch, and the next pass read its absence as a change."""
+    tuning = {"from": 500, "pods": 0, "appliedMin": None, "latencySeconds": None}
+    kept = {"from": 500, "pods": 0}
+
+    assert not observer.worth_writing(status(tuning=kept), status(tuning=tuning), since_s=60)
