@@ -11,7 +11,10 @@ a bounded number of requests (``View.read``):
   one request per leader), and the log-start offset of the partitions some group has not
   committed yet (what ``auto_offset_reset: earliest`` counts), likewise;
 - each group's committed offsets (``list_consumer_group_offsets``, one group per request as
-  librdkafka allows, all in flight together), asked again while a coordinator moves or loads.
+  librdkafka allows, all in flight together), asked again while a coordinator moves or loads;
+  a group that had committed everything, on partitions whose log ends have not moved since,
+  is asked only every ``SETTLED_S`` (its committed offsets cannot have moved past the ends,
+  and only a reset moves them back), so a fleet at rest asks half as often as KEDA (15 s).
 
 A cluster that cannot be reached, or refuses the credentials, fails its own snapshot. Not read
 while the cluster has no offsets topic (no group has ever committed there): committed offsets
@@ -50,6 +53,7 @@ TIMEOUT_S = 10.0
 METADATA_TTL_S = 60.0
 METADATA_TRY_S = 0.5  # how often a metadata request gives a reported auth failure a look
 RETRY_S = 0.2
+SETTLED_S = 30.0  # a caught-up group's committed offsets, unchanged log ends: asked this often
 OFFSETS_TOPIC = "__consumer_offsets"
 LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
@@ -120,10 +124,15 @@ class Target:
     security: Security
     want: Want
 
-    @functools.cached_property
+    @property
     def key(self) -> str:
-        rendered = json.dumps([self.bootstrap, self.security.properties()], sort_keys=True)
-        return hashlib.sha256(rendered.encode()).hexdigest()
+        return _key(self.bootstrap, self.security)
+
+
+@functools.lru_cache(maxsize=1024)
+def _key(bootstrap: str, security: Security) -> str:
+    rendered = json.dumps([bootstrap, security.properties()], sort_keys=True)
+    return hashlib.sha256(rendered.encode()).hexdigest()
 
 
 class View:
@@ -137,6 +146,8 @@ class View:
         self.admin = AdminClient(config)
         self._topics: dict[str, tuple[int, ...]] = {}
         self._topics_at = -METADATA_TTL_S
+        # group -> (when its committed offsets were read, the log ends they were all at)
+        self._caught_up: dict[str, tuple[float, dict[TP, int]]] = {}
         self.used_at = time.monotonic()
 
     def _on_error(self, error: KafkaError) -> None:
@@ -180,7 +191,9 @@ class View:
             return snapshot
         ends = self._offsets(every, LATEST, snapshot, deadline)
         if OFFSETS_TOPIC in topics:
-            self._committed(watched, snapshot, deadline)
+            asked = self._settled(watched, ends, snapshot)
+            self._committed(asked, snapshot, deadline)
+            self._remember(asked, ends, snapshot)
         else:  # no group ever committed on this cluster (and asking would crash librdkafka)
             snapshot.committed.update({g: dict.fromkeys(tps) for g, tps in watched.items()})
         uncommitted = sorted(
@@ -196,6 +209,37 @@ class View:
             snapshot.starts.update(self._offsets(uncommitted, EARLIEST, snapshot, deadline))
         snapshot.ends.update(ends)
         return snapshot
+
+    def _settled(
+        self, watched: dict[str, list[TP]], ends: dict[TP, int], snapshot: Snapshot
+    ) -> dict[str, list[TP]]:
+        """The groups whose committed offsets must be asked: all but those that had
+        committed up to the log end of every partition, which has not moved since, within
+        ``SETTLED_S`` (their committed offsets are those, unless someone reset them: asked
+        again after ``SETTLED_S``). A fleet at rest costs a fraction of an OffsetFetch each."""
+        now = time.monotonic()
+        asked: dict[str, list[TP]] = {}
+        for group, tps in watched.items():
+            known = self._caught_up.get(group)
+            fresh = known is not None and now - known[0] < SETTLED_S
+            if fresh and known and all(known[1].get(tp) == ends.get(tp) for tp in tps):
+                snapshot.committed[group] = {tp: ends[tp] for tp in tps}
+                continue
+            asked[group] = tps
+        return asked
+
+    def _remember(
+        self, asked: dict[str, list[TP]], ends: dict[TP, int], snapshot: Snapshot
+    ) -> None:
+        now = time.monotonic()
+        for group, tps in asked.items():
+            found = snapshot.committed.get(group)
+            if isinstance(found, dict) and tps and all(found.get(tp) == ends.get(tp) for tp in tps):
+                self._caught_up[group] = (now, {tp: ends[tp] for tp in tps})
+            else:
+                self._caught_up.pop(group, None)
+        for group in [g for g, (at, _) in self._caught_up.items() if now - at >= SETTLED_S]:
+            del self._caught_up[group]
 
     def _offsets(
         self, tps: list[TP], spec: Any, snapshot: Snapshot, deadline: float

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -88,6 +89,42 @@ def test_one_read_serves_every_group_of_the_cluster(
         assert reading.partitions == 4
         assert reading.total == 40 - 4 * n
     assert snapshot.starts == {}  # every group committed: no log-start offsets asked
+
+
+class CountingView(clusters.View):
+    """The real view, counting the groups whose committed offsets it asks Kafka for."""
+
+    asked = 0
+
+    def _ask(self, group: str, tps: list[tuple[str, int]], deadline: float) -> Any:
+        self.asked += 1
+        return super()._ask(group, tps, deadline)
+
+
+def test_a_caught_up_group_is_not_asked_again_until_its_log_ends_move(
+    kafka: str,
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    group_id: Callable[[], str],
+) -> None:
+    """Issue 22: a thousand groups at rest asked Kafka for their committed offsets every pass,
+    three times KEDA's requests, though nothing could have changed."""
+    topic, group = topic_factory(partitions=2), group_id()
+    produce(topic, 20, partition=0)
+    commit({"bootstrap.servers": kafka}, group, topic, {0: 20, 1: 0})
+    want = clusters.Want(group, (topic,))
+    view = CountingView(kafka, Security())
+
+    first = lag_reader.lag_of(view.read([want]), want)
+    again = lag_reader.lag_of(view.read([want]), want)
+    asked_at_rest = view.asked
+    produce(topic, 5, partition=1)
+    moved = lag_reader.lag_of(view.read([want]), want)
+
+    assert (first.total, again.total, moved.total) == (0, 0, 5)
+    assert again.committed == {(topic, 0): 20, (topic, 1): 0}
+    assert asked_at_rest == 1
+    assert view.asked == 2
 
 
 def test_a_wrong_password_is_an_authentication_error_before_the_timeout(
