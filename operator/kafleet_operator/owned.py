@@ -54,11 +54,14 @@ def fighting(kind: str, namespace: str, name: str, now: float) -> bool:
     return False
 
 
-def drift(deployment: Mapping[str, Any], parsed: Any, held: pause.Pause) -> str | None:
+def drift(
+    deployment: Mapping[str, Any], parsed: Any, held: pause.Pause, config_hash: str = ""
+) -> str | None:
     """How the live Deployment (as ``watched.py`` holds it) differs from what the spec and the
     pause say, in what the operator decides (replicas, configuration, image); None when it
     does not. The pass puts back a drift that outlives a pass: a watch event lost, or a
-    put-back that failed (kopf never retries an event handler)."""
+    put-back that failed (kopf never retries an event handler). ``config_hash``: the spec's,
+    if the caller has it already."""
     spec = deployment.get("spec")
     if not spec:
         return None
@@ -67,7 +70,7 @@ def drift(deployment: Mapping[str, Any], parsed: Any, held: pause.Pause) -> str 
         return f"replicas {spec.get('replicas')}, not {wanted}"
     template = spec.get("template") or {}
     annotations = (template.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(builders.CONFIG_HASH) != builders.config_hash(parsed):
+    if annotations.get(builders.CONFIG_HASH) != (config_hash or builders.config_hash(parsed)):
         return "its configuration hash is not the spec's"
     containers = (template.get("spec") or {}).get("containers") or []
     images = {c.get("name"): c.get("image") for c in containers}

@@ -79,7 +79,9 @@ class Pass:
         self.pool = concurrent.futures.ThreadPoolExecutor(workers, "kafleet-observe")
         self.waiting = concurrent.futures.ThreadPoolExecutor(threads, "kafleet-kafka")
         self.views = readers.Readers()
-        self.running: dict[str, asyncio.Future[Any]] = {}  # a group's pass, or its cluster's read
+        # A group's pass (a thread pool's future: its end wakes nothing, the loop looks at each
+        # interval), or its cluster's read.
+        self.running: dict[str, asyncio.Future[Any] | concurrent.futures.Future[None]] = {}
         self.reads: dict[str, asyncio.Future[None]] = {}
         self.memos: dict[str, Memo] = {}
 
@@ -87,8 +89,7 @@ class Pass:
         return uid in self.running and not self.running[uid].done()
 
     def start(self, uid: str, body: Body, memo: Memo) -> None:
-        loop = asyncio.get_running_loop()
-        self.running[uid] = loop.run_in_executor(self.pool, _guarded, self.observe, body, memo)
+        self.running[uid] = self.pool.submit(_guarded, self.observe, body, memo)
 
     async def read_then_observe(self, key: str, members: list[Member]) -> None:
         reader = self.views.get(members[0][3])
