@@ -213,6 +213,28 @@ def build() -> Dashboard:
             bars=True,
         ),
         series(
+            "Kafka reads",
+            "One read of a Kafka cluster serves every group on it (one client per cluster): how "
+            "long it takes, which must stay well under the pass interval.",
+            "s",
+            *(
+                Query(
+                    f"histogram_quantile({q}, sum by (le) "
+                    f"(rate(kafleet_operator_kafka_read_duration_seconds_bucket[{RATE}])))",
+                    f"p{round(q * 100)}",
+                )
+                for q in (0.5, 0.99)
+            ),
+        ),
+        series(
+            "Status writes",
+            "Status patches by the periodic passes, over all groups: only news (a condition, "
+            "a decision, a count) and the moving lag figures every 30 s; a fleet at rest "
+            "writes none.",
+            "ops",
+            Query(f"sum(rate(kafleet_operator_status_writes_total[{RATE}]))", "writes"),
+        ),
+        series(
             "Operators running",
             "Operator processes scraped, by version (0 is an operator down).",
             "short",
