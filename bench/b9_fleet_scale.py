@@ -297,8 +297,9 @@ def run(ctx: Context) -> Table:
         "a tick is 5 s; KEDA's CPU, RSS, threads, fds and connections are its operator's and "
         "adapter's summed; apiserver requests leave out watches, leases and nodes, and count "
         "the HPA controller's (externalmetrics, deployments/scale, HPAs) as KEDA's",
-        "kafleet's sidecar calls go to one fake sidecar answering {} (kwok's pods have none); "
-        f"raw samples in {RESULTS / 'b9-samples.json'}",
+        "decision: kafleet's spec.replicas, KEDA's HPA desiredReplicas, leaving 1; p99 of "
+        "10 groups is their slowest (nearest rank); kafleet's sidecar calls go to one fake "
+        f"sidecar answering {{}}; raw samples in {RESULTS / 'b9-samples.json'}",
     ]
     if keda_infra.built() is None:
         table.notes.append(f"KEDA is not built ({keda_infra.BIN}): make keda")
