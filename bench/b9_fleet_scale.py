@@ -157,7 +157,8 @@ def _kafleet(run: Run, bootstrap: str) -> Measured:
          "spec": {"image": IMAGE, "handler": "orders:bill", "bootstrap_servers": bootstrap,
                   "group_id": name, "topics": [name], "replicas": 1, "pod_template": PLACEMENT,
                   "autoscaling": {"min_replicas": 1, "max_replicas": MAX_REPLICAS,
-                                  "lag_per_replica": THRESHOLD}}}
+                                  "lag_per_replica": THRESHOLD,
+                                  "scale_up_max_pods": MAX_REPLICAS}}}
         for name in run.topics.names
     ]  # fmt: skip
     with run.namespace("b9-kafleet") as ns:
@@ -209,6 +210,9 @@ def _keda(run: Run, bootstrap: str) -> Measured:
         {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": name},
          "spec": {"scaleTargetRef": {"name": name}, "pollingInterval": int(INTERVAL_S),
                   "minReplicaCount": 1, "maxReplicaCount": MAX_REPLICAS,
+                  "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleUp": {
+                      "policies": [{"type": "Pods", "value": MAX_REPLICAS,
+                                    "periodSeconds": 15}]}}}},
                   "triggers": [{"type": "kafka", "metadata": {
                       "bootstrapServers": bootstrap, "consumerGroup": name, "topic": name,
                       "lagThreshold": str(THRESHOLD)}}]}}
@@ -293,7 +297,10 @@ def run(ctx: Context) -> Table:
         f"each N: a control plane of its own with kwok nodes; kafleet's operator (--interval-s "
         f"{INTERVAL_S:g}), then KEDA {keda_infra.KEDA_VERSION} (pollingInterval {INTERVAL_S:g}, "
         "the HPA's 15 s sync), each in a namespace of its own; autoscaling 1..8 at 100 records "
-        f"a replica; the step: {STEP_RECORDS:,} records into each of {STEP_GROUPS} random topics",
+        "a replica, both allowed up to 8 pods per 15 s (kafleet's scale_up_max_pods, the HPA's "
+        "scaleUp policy), so a step can reach full scale at once (by default both add at most "
+        f"4 pods or 100 % per 15 s: 1, 5 or 4, 8); the step: {STEP_RECORDS:,} records into "
+        f"each of {STEP_GROUPS} random topics",
         "a tick is 5 s; KEDA's CPU, RSS, threads, fds and connections are its operator's and "
         "adapter's summed; apiserver requests leave out watches, leases and nodes, and count "
         "the HPA controller's (externalmetrics, deployments/scale, HPAs) as KEDA's",
