@@ -43,6 +43,7 @@ CONCURRENCY = 4
 THRESHOLD = 100  # KEDA's lagThreshold and kafleet's lag_per_replica
 DOWN_WINDOW_S = 60  # both scale-down windows (the HPA's default is 300 s)
 MAX_REPLICAS = PARTITIONS
+SAMPLE_S = 1.0  # the runs sample every second
 T = TypeVar("T")
 # The HPA's syncs come every 15 s at a phase of its own; the burst lands at a random point of
 # that cycle, 7.5 s before the next sync on average. The syncs are placed so the burst starts
@@ -270,13 +271,14 @@ def _sample(observer: Observer, trace: Trace, started: float, model: bool) -> li
         wished, pods, ready = observer.replicas()  # after the sync: its write is seen at once
         lag = sum(max(0, e - (done.get(p) or 0)) for p, e in end.items())
         samples.append(Sample(t, wished, pods, ready, lag))
-        time.sleep(max(0.0, 1.0 - (time.monotonic() - started - t)))
+        time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - started - t)))
     feed.join(30)
     return samples
 
 
-def _ratio(mine: float | None, kafleet: float | None) -> str:
-    if mine is None or not kafleet:
+def _ratio(mine: float | None, kafleet: float | None, floor: float = 0.0) -> str:
+    """``mine / kafleet``, or "-" when either is missing or kafleet's is at most ``floor``."""
+    if mine is None or kafleet is None or kafleet <= floor:
         return "-"
     return f"{mine / kafleet:.2f}"
 
@@ -307,7 +309,7 @@ def run(ctx: Context) -> Table:
             table.add(policy.label, f.first_scale_up_s, f.drained_s, f.replica_seconds, f.max_lag,
                       f.max_replicas, f.scale_events, f.reversals, f.flaps,
                       _ratio(f.first_scale_up_s, k.first_scale_up_s),
-                      _ratio(f.drained_s, k.drained_s),
+                      _ratio(f.drained_s, k.drained_s, SAMPLE_S),
                       _ratio(f.replica_seconds, k.replica_seconds))  # fmt: skip
     table.notes += [
         f"trace: {trace.steady_per_s:g} records/s for {trace.steady_s:g} s, "
@@ -331,7 +333,9 @@ def run(ctx: Context) -> Table:
         "scales up by its default policies (+4 pods or +100 % per 15 s, the larger: 1 -> 5 -> "
         "10), not the model's no-behavior max(2x, 4) (1 -> 4 -> 8)",
         *run_notes,
-        "x / kafleet: the figure over kafleet's (under threshold: '-' when kafleet's is 0)",
+        "x / kafleet: the figure over kafleet's; under threshold: '-' when kafleet's is within "
+        f"one sample ({SAMPLE_S:g} s: the lag was back under the threshold by the first sample "
+        "after the burst, and a ratio to it would say nothing)",
         "replica-s: the Deployment's pods (ready or not) over the whole run; samples in "
         f"{workdir}/*-samples.tsv",
     ]
