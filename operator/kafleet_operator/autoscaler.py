@@ -43,6 +43,7 @@ from kafleet_operator import (
     periodic,
     scaling,
     sidecars,
+    watched,
 )
 from kafleet_operator.autopilot import Autoscaling
 from kafleet_operator.conditions import Condition, condition
@@ -94,7 +95,9 @@ def target(body: Mapping[str, Any], memo: Any) -> clusters.Target | None:
         memo[periodic.KAFKA] = (exc, None)
         return None
     worker = parsed.worker
-    want = clusters.Want(worker.group_id, tuple(worker.topics), worker.topic_pattern)
+    deployment = watched.deployment(meta["namespace"], meta["name"]) or {}
+    running = bool((deployment.get("status") or {}).get("readyReplicas"))
+    want = clusters.Want(worker.group_id, tuple(worker.topics), worker.topic_pattern, running)
     return clusters.Target(worker.bootstrap_servers, security, want)
 
 

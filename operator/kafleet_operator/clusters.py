@@ -14,11 +14,10 @@ a bounded number of requests (``View.read``):
   librdkafka allows, all in flight together), asked again while a coordinator moves or loads;
   a group that had committed everything, on partitions whose log ends have not moved since,
   is asked only every ``SETTLED_S`` (its committed offsets cannot have moved past the ends,
-  and only a reset moves them back), so a fleet at rest asks half as often as KEDA (15 s).
+  and only a reset moves them back: a group with no worker running, where resets are done, is
+  asked every pass), so a fleet at rest asks half as often as KEDA (15 s).
 
-A cluster that cannot be reached, or refuses the credentials, fails its own snapshot. Not read
-while the cluster has no offsets topic (no group has ever committed there): committed offsets
-are then known to be none.
+A cluster that cannot be reached, or refuses the credentials, fails its own snapshot.
 
 librdkafka (2.16, and its master as of this writing: confluentinc/librdkafka#5040) crashes the
 process when an admin client's OffsetFetch answers NOT_COORDINATOR or another error that asks
@@ -37,6 +36,7 @@ import concurrent.futures
 import functools
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Iterable
@@ -51,10 +51,10 @@ from kafleet.security import Security
 TP = tuple[str, int]
 TIMEOUT_S = 10.0
 METADATA_TTL_S = 60.0
-METADATA_TRY_S = 0.5  # how often a metadata request gives a reported auth failure a look
+METADATA_TRY_S = 2.0  # how often a metadata request gives a reported auth failure a look
+MISSING_S = 10.0  # a topic a group names and the cluster lacks: metadata asked again this often
 RETRY_S = 0.2
 SETTLED_S = 30.0  # a caught-up group's committed offsets, unchanged log ends: asked this often
-OFFSETS_TOPIC = "__consumer_offsets"
 LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 COORDINATOR_MOVING = {
@@ -90,6 +90,9 @@ class Want:
     group_id: str
     topics: tuple[str, ...] = ()
     topic_pattern: str | None = None
+    # False while no worker runs: an idle group is where offsets are reset (``kafka-consumer-
+    # groups --reset-offsets`` needs it Empty), so its committed offsets are asked every pass.
+    may_settle: bool = True
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,10 @@ class View:
         self.bootstrap = bootstrap
         self.authentication_error: KafkaError | None = None
         config: dict[str, Any] = {"bootstrap.servers": bootstrap, **security.properties()}
+        for name, value in config.items():  # librdkafka's own words name no file
+            if name.endswith(".location") and not os.path.exists(str(value)):
+                text = f"{name} {value}: no such file in the operator's pod"
+                raise KafkaException(KafkaError(KafkaError._INVALID_ARG, text))
         config["error_cb"] = self._on_error
         self.admin = AdminClient(config)
         self._topics: dict[str, tuple[int, ...]] = {}
@@ -170,9 +177,11 @@ class View:
             return {name: tuple(sorted(t.partitions)) for name, t in found.topics.items()}
 
     def topics(self, wants: Iterable[Want], deadline: float) -> dict[str, tuple[int, ...]]:
+        """Every topic's partitions, asked again after ``METADATA_TTL_S``, or after
+        ``MISSING_S`` while a group names a topic the last answer did not have."""
         named = {t for w in wants for t in w.topics}
-        stale = time.monotonic() - self._topics_at > METADATA_TTL_S
-        if stale or OFFSETS_TOPIC not in self._topics or not named <= self._topics.keys():
+        age = time.monotonic() - self._topics_at
+        if age > METADATA_TTL_S or (age > MISSING_S and not named <= self._topics.keys()):
             self._topics, self._topics_at = self._metadata(deadline), time.monotonic()
         return self._topics
 
@@ -183,19 +192,23 @@ class View:
         deadline = time.monotonic() + TIMEOUT_S
         topics = self.topics(wants, deadline)
         snapshot = Snapshot(topics=topics, at=time.time())
-        watched: dict[str, list[TP]] = {}
+        # Two ConsumerGroups may read one Kafka group's partitions (librdkafka refuses a
+        # partition twice), and a group with no partition yet (its topics do not exist) asks
+        # nothing (librdkafka refuses an empty list).
+        found: dict[str, set[TP]] = {}
         for want in wants:
-            watched.setdefault(want.group_id, []).extend(snapshot.partitions(want)[0])
+            found.setdefault(want.group_id, set()).update(snapshot.partitions(want)[0])
+        watched = {group: sorted(tps) for group, tps in found.items() if tps}
+        unsettled = {w.group_id for w in wants if not w.may_settle}
         every = sorted({tp for tps in watched.values() for tp in tps})
         if not every:
             return snapshot
         ends = self._offsets(every, LATEST, snapshot, deadline)
-        if OFFSETS_TOPIC in topics:
-            asked = self._settled(watched, ends, snapshot)
-            self._committed(asked, snapshot, deadline)
-            self._remember(asked, ends, snapshot)
-        else:  # no group ever committed on this cluster (and asking would crash librdkafka)
-            snapshot.committed.update({g: dict.fromkeys(tps) for g, tps in watched.items()})
+        # Asked even where the metadata shows no offsets topic: a principal that may not
+        # describe it (consumer ACLs, MSK IAM) does not see it, and its groups have commits.
+        asked = self._settled(watched, ends, snapshot, unsettled)
+        self._committed(asked, snapshot, deadline)
+        self._remember(asked, ends, snapshot)
         uncommitted = sorted(
             {
                 tp
@@ -211,7 +224,11 @@ class View:
         return snapshot
 
     def _settled(
-        self, watched: dict[str, list[TP]], ends: dict[TP, int], snapshot: Snapshot
+        self,
+        watched: dict[str, list[TP]],
+        ends: dict[TP, int],
+        snapshot: Snapshot,
+        unsettled: set[str],
     ) -> dict[str, list[TP]]:
         """The groups whose committed offsets must be asked: all but those that had
         committed up to the log end of every partition, which has not moved since, within
@@ -221,8 +238,12 @@ class View:
         asked: dict[str, list[TP]] = {}
         for group, tps in watched.items():
             known = self._caught_up.get(group)
-            fresh = known is not None and now - known[0] < SETTLED_S
-            if fresh and known and all(known[1].get(tp) == ends.get(tp) for tp in tps):
+            fresh = known is not None and now - known[0] < SETTLED_S and group not in unsettled
+            if (
+                fresh
+                and known is not None
+                and all(tp in ends and known[1].get(tp) == ends[tp] for tp in tps)
+            ):
                 snapshot.committed[group] = {tp: ends[tp] for tp in tps}
                 continue
             asked[group] = tps
@@ -234,7 +255,9 @@ class View:
         now = time.monotonic()
         for group, tps in asked.items():
             found = snapshot.committed.get(group)
-            if isinstance(found, dict) and tps and all(found.get(tp) == ends.get(tp) for tp in tps):
+            if isinstance(found, dict) and all(
+                tp in ends and found.get(tp) == ends[tp] for tp in tps
+            ):
                 self._caught_up[group] = (now, {tp: ends[tp] for tp in tps})
             else:
                 self._caught_up.pop(group, None)

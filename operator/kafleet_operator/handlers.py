@@ -112,7 +112,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def groups(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+async def groups(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
     """Every watched ConsumerGroup as last seen, for the periodic pass (gone when deleted)."""
     meta = body.metadata
     kept = copy.deepcopy(dict(body))
@@ -124,7 +124,13 @@ def groups(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
 async def start_observing(memo: kopf.Memo, **kwargs: Any) -> None:
     watched.bind(**{name: kwargs[name] for name in ("deployments", "config_maps", "pods")})
     groups = kwargs["groups"]  # the index above
-    pass_ = periodic.run(groups, observer.observe_group, autoscaler.target, INTERVAL_S)
+    pass_ = periodic.run(
+        groups,
+        observer.observe_group,
+        autoscaler.target,
+        INTERVAL_S,
+        observed=_reconciled.__contains__,
+    )
     memo["observing"] = asyncio.get_running_loop().create_task(pass_)
 
 
@@ -133,6 +139,12 @@ async def stop_observing(memo: kopf.Memo, **_: Any) -> None:
     task = memo.get("observing")
     if task is not None:
         task.cancel()
+
+
+# The groups this process has reconciled (created, updated or resumed): the periodic pass
+# observes only those. kopf resumes a group only once its indexes are filled, so a pass never
+# reads a half-listed index (and takes a Deployment not yet seen for one deleted).
+_reconciled: set[str] = set()
 
 
 def _owner(body: kopf.Body) -> dict[str, Any]:
@@ -146,6 +158,7 @@ def reconcile(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: int, **_: Any
 ) -> None:
     namespace, name = body.metadata["namespace"], body.metadata["name"]
+    _reconciled.add(body.metadata["uid"])
     parsed = observer.parse(body, status, patch)
     if parsed is None:
         metrics.reconciled(namespace, name, "invalid")
@@ -237,9 +250,14 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch, **_: Any) -> No
     """A pause annotation added, changed or removed: apply the group's objects as they should
     be now (the Deployment held or not; everything, once reconciliation resumes). The first
     sight of a group is the create or resume handler's."""
+    _pause_changed(type, body, patch)
+
+
+def _pause_changed(type: str, body: kopf.Body, patch: kopf.Patch) -> None:
     uid = body.metadata["uid"]
     if type == "DELETED":
         _pauses.pop(uid, None)
+        pause.UNAPPLIED.pop(uid, None)
         return
     held, before = pause.read(body.metadata), _pauses.get(uid)
     if before is None or before == held:
@@ -264,15 +282,23 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch, **_: Any) -> No
             held = dataclasses.replace(held, replicas=resume)
         deployment = _apply_all(body, parsed, held)
     except (kube.NotOwnedError, k8s.ApiException, urllib3.exceptions.HTTPError) as exc:
-        # Not recorded as seen: the next event of the group (the pass writes its status every
-        # interval) tries again, so a pause change is never lost to an API server's blip.
+        # Not recorded as seen: the group's next event, or its next pass (a group at rest has
+        # no event: ``pause.UNAPPLIED``), tries again, so a pause change is never lost to an
+        # API server's blip.
         if isinstance(exc, urllib3.exceptions.HTTPError):
             log.warning("%s: applying the pause change failed: %s", body.metadata["name"], exc)
         else:
             _failure(body, patch, exc)
+        pause.UNAPPLIED[uid] = _apply_pause
         return
     _pauses[uid] = pause.read(body.metadata)
+    pause.UNAPPLIED.pop(uid, None)
     _applied(body, patch, deployment)
+
+
+def _apply_pause(body: kopf.Body, patch: kopf.Patch) -> None:
+    """A pause change that failed, applied again by the periodic pass."""
+    _pause_changed("MODIFIED", body, patch)
 
 
 def _scale_to(body: kopf.Body, replicas: int) -> None:

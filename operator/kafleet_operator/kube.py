@@ -181,7 +181,9 @@ def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str
         meta["namespace"],
         PLURAL,
         meta["name"],
-        {"status": dict(status)},
+        # The uid: a pass holding a group deleted and made again under its name writes
+        # nothing on the new one (the API server refuses a uid that is not the object's).
+        {"metadata": {"uid": meta["uid"]}, "status": dict(status)},
         _content_type="application/merge-patch+json",
     )
     return dict(written) if isinstance(written, Mapping) else {}

@@ -77,6 +77,9 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
     meta = body.metadata
     measured = metrics.series(memo, meta["namespace"], meta["name"], body.spec.get("group_id", ""))
     started = time.monotonic()
+    retry = pause.UNAPPLIED.pop(str(meta["uid"]), None)
+    if retry is not None:
+        retry(body, patch)  # a pause change that could not be applied: again (it may re-add)
     try:
         observe(body, body.status, patch, memo)
     except Exception:
@@ -98,7 +101,7 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
             memo["written"] = (_version(written), written.get("status") or {})
             metrics.STATUS_WRITES.inc()
         except k8s.ApiException as exc:
-            if exc.status != 404:
+            if exc.status not in (404, 409, 422):  # gone, or made again (another uid)
                 raise
             log.info("%s/%s is gone", body.metadata["namespace"], body.metadata["name"])
 
@@ -173,9 +176,20 @@ def _level(
             hashed = memo["config_hash"] = (generation, builders.config_hash(parsed))
         found = owned.drift(deployment, parsed, held, hashed[1])
     if found is not None and memo.get("drift") == found:
-        owned.put_back("Deployment", body, False, f"drifted ({found})")
+        # Judged again from the group as the API server holds it now: the watch's copy may
+        # be passes behind a scale (a put-back from it would undo the scale).
+        latest = owned.latest(body)
+        if latest is not None and owned.drift(deployment, *_judged(latest)):
+            owned.put_back("Deployment", latest, False, f"drifted ({found})")
         found = None
     memo["drift"] = found
+
+
+def _judged(group: Mapping[str, Any]) -> tuple[Any, pause.Pause]:
+    try:
+        return parse_spec(dict(group.get("spec") or {})), pause.read(group["metadata"])
+    except ConfigError:
+        return None, pause.Pause(reconciliation=True)  # nothing right to put back
 
 
 def observe(

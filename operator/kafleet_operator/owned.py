@@ -63,7 +63,7 @@ def drift(
     put-back that failed (kopf never retries an event handler). ``config_hash``: the spec's,
     if the caller has it already."""
     spec = deployment.get("spec")
-    if not spec:
+    if not spec or parsed is None or held.reconciliation:
         return None
     wanted = held.deployment_replicas(parsed.fleet.replicas)
     if spec.get("replicas") != wanted:
@@ -77,6 +77,12 @@ def drift(
     if images.get("worker") != parsed.fleet.image:
         return f"worker image {images.get('worker')}, not {parsed.fleet.image}"
     return None
+
+
+def latest(group: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The group as the API server holds it now; None if gone, replaced or being deleted."""
+    meta = group["metadata"]
+    return _fresh(meta["namespace"], meta["name"], meta["uid"])
 
 
 def _fresh(namespace: str, name: str, uid: str) -> dict[str, Any] | None:

@@ -23,12 +23,15 @@ Does not own the conditions that report a pause (``conditions.py``) or acting on
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kafleet_operator.spec import ParsedSpec
 
+# A pause change the handler could not apply (an API server's blip), by group uid: the
+# periodic pass calls this with its body and patch (a group at rest has no other event).
+UNAPPLIED: dict[str, Callable[[Any, Any], None]] = {}
 PAUSED_REPLICAS = "kafleet.io/paused-replicas"
 PAUSE_RECONCILIATION = "kafleet.io/pause-reconciliation"
 

@@ -123,9 +123,12 @@ async def run(
     plan: Plan,
     interval_s: float,
     workers: int = 4,
-    reader_threads: int = 2,
+    reader_threads: int = 16,
+    observed: Callable[[str], bool] = lambda uid: True,
 ) -> None:
-    """Observe every group of the ``groups`` index every ``interval_s`` until cancelled."""
+    """Observe every group of the ``groups`` index every ``interval_s`` until cancelled: those
+    ``observed`` says yes to (by uid). ``reader_threads``: clusters read at once (a thread waits
+    on each; made as needed)."""
     loop = asyncio.get_running_loop()
     state = Pass(observe, workers, reader_threads)
     try:
@@ -137,7 +140,7 @@ async def run(
                 for body in list(store):
                     uid = str(body["metadata"]["uid"])
                     seen.add(uid)
-                    if not state.busy(uid):
+                    if observed(uid) and not state.busy(uid):
                         due.append((uid, body, state.memos.setdefault(uid, {})))
             state.forget(seen)
             targets = await loop.run_in_executor(state.pool, _planned, plan, due)

@@ -21,6 +21,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -29,14 +30,29 @@ from kafleet.security import Security
 from kafleet_operator import clusters
 
 log = logging.getLogger("kafleet.operator")
+
+
+@dataclass(frozen=True)
+class _Died:
+    """A read whose child process died or did not answer."""
+
+    error: KafkaException
+
+
 IDLE_S = 300.0
 ANSWER_S = clusters.TIMEOUT_S * 2 + 5.0  # a read's own deadline, its retries, and a margin
 _context = multiprocessing.get_context("spawn")
 
 
 def serve(conn: multiprocessing.connection.Connection, bootstrap: str, security: Security) -> None:
-    """The child: read what the operator asks, until it hangs up."""
-    view = clusters.View(bootstrap, security)
+    """The child: read what the operator asks, until it hangs up. A client that cannot be
+    made (an SSL file missing) answers every read with why."""
+    view: clusters.View | None = None
+    refused: clusters.Failure | None = None
+    try:
+        view = clusters.View(bootstrap, security)
+    except KafkaException as exc:
+        refused = clusters.Failure.of(exc)
     while True:
         try:
             wants = conn.recv()
@@ -44,13 +60,18 @@ def serve(conn: multiprocessing.connection.Connection, bootstrap: str, security:
             return
         answer: clusters.Snapshot | clusters.Failure
         try:
-            answer = view.read(wants)
+            answer = refused if view is None and refused else _read(view, wants)
         except KafkaException as exc:
             answer = clusters.Failure.of(exc)
         except Exception as exc:  # a defect: this process's stderr has it
             log.exception("reading offsets failed")
             answer = clusters.Failure(KafkaError._FAIL, f"reading offsets failed: {exc!r}")
         conn.send(answer)
+
+
+def _read(view: clusters.View | None, wants: list[clusters.Want]) -> clusters.Snapshot:
+    assert view is not None  # made, or refused
+    return view.read(wants)
 
 
 class Reader:
@@ -76,7 +97,15 @@ class Reader:
         return ours
 
     def read(self, wants: list[clusters.Want]) -> clusters.Snapshot | KafkaException:
-        """The snapshot, or the ``KafkaException`` that kept it (never raises it)."""
+        """The snapshot, or the ``KafkaException`` that kept it (never raises it). A child
+        that dies in a read (librdkafka#5040: a coordinator moving) is replaced and the read
+        asked once more at once: the coordinator has usually settled by then."""
+        found = self._once(wants)
+        if isinstance(found, _Died):
+            found = self._once(wants)
+        return found.error if isinstance(found, _Died) else found
+
+    def _once(self, wants: list[clusters.Want]) -> clusters.Snapshot | KafkaException | _Died:
         self.used_at = time.monotonic()
         conn = self.conn or self._start()
         try:
@@ -86,24 +115,26 @@ class Reader:
                 if isinstance(answer, clusters.Failure):
                     return answer.exception()
                 return answer  # type: ignore[no-any-return]
+            hung = True
             why = f"no answer in {ANSWER_S:.0f} s"
         except (EOFError, OSError):
+            hung = False
             code = self.process.exitcode if self.process is not None else None
             why = f"its process stopped (exit {code})"
         self.close()
-        log.warning(
-            "reading the offsets of %s failed: %s; the next pass starts again", self.bootstrap, why
-        )
+        log.warning("reading the offsets of %s failed: %s", self.bootstrap, why)
         text = f"reading the offsets of {self.bootstrap} failed: {why}"
-        return KafkaException(KafkaError(KafkaError._FAIL, text))
+        error = KafkaException(KafkaError(KafkaError._FAIL, text))
+        return error if hung else _Died(error)
 
     def close(self) -> None:
+        """Stop the child without waiting for it (``multiprocessing`` reaps it later)."""
         if self.conn is not None:
             self.conn.close()
         if self.process is not None and self.process.is_alive():
             self.process.kill()
-            self.process.join(5)
         self.conn, self.process = None, None
+        multiprocessing.active_children()  # reaps the children that have ended
 
 
 class Readers:

@@ -32,6 +32,7 @@ SIDECAR_URL = os.environ.get("KAFLEET_OPERATOR_SIDECAR_URL", "http://{pod_ip}:80
 TIMEOUT_S = 1.0
 PARALLEL = 4  # sidecars asked at once, over every group
 SILENT_S, SILENT_MAX_S = 15.0, 300.0  # a pod that did not answer is left alone this long, doubling
+DEADLINE_S = 2 * TIMEOUT_S + 0.5  # a group waits this long for its sidecars, at most
 FRESH_S = 1.0  # the autoscaler and the tuner of one pass share one round of asking
 _pool = concurrent.futures.ThreadPoolExecutor(PARALLEL, "kafleet-sidecars")
 _lock = threading.Lock()
@@ -94,7 +95,11 @@ def read(namespace: str, name: str) -> list[Report]:
             for ip, pod in watched.ready_pods(namespace, name)
             if _silent.get(pod, (0.0, 0))[0] <= now
         ]
-    answers = [a for a in _pool.map(lambda t: _fetch(*t), asked) if a is not None]
+    futures = [_pool.submit(_fetch, *target) for target in asked]
+    done, late = concurrent.futures.wait(futures, timeout=DEADLINE_S)
+    for future in late:  # the pool is busy with other groups' silent pods: next pass
+        future.cancel()
+    answers = [a for f in futures if f in done and (a := f.result()) is not None]
     with _lock:
         _recent[(namespace, name)] = (now, answers)
         for key in [k for k, (at, _) in _recent.items() if now - at > FRESH_S]:

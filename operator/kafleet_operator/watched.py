@@ -1,7 +1,9 @@
 """What the operator's watches hold of the objects it owns: read by the passes, never fetched.
 
-Owns: three kopf indexes, fed by the watches the operator keeps anyway (every Deployment,
-ConfigMap and pod labelled managed-by kafleet-operator, filtered by the API server): each
+Owns: three kopf indexes (coroutines: they do no I/O, so kopf runs them in its event loop,
+never queued behind the reconciles on its threads), fed by the watches the operator keeps
+anyway (every Deployment, ConfigMap and pod labelled managed-by kafleet-operator, filtered by
+the API server): each
 group's Deployment, its worker ConfigMap, and its pods that count (Ready, with an address,
 not terminating), each trimmed to what a pass reads, so a thousand groups cost no API call
 per pass and little memory; and the lookups by group (``deployment``, ``config_map``,
@@ -32,7 +34,7 @@ def _group(meta: Mapping[str, Any]) -> str | None:
 
 
 @kopf.index("apps", "v1", "deployments", labels=MANAGED)
-def deployments(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+async def deployments(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
     """A group's Deployment: its metadata (owners, generation), spec and status; the
     template's containers keep only their names and images."""
     meta, spec = body.metadata, dict(body.spec)
@@ -55,7 +57,7 @@ def deployments(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
 
 
 @kopf.index("v1", "configmaps", labels=MANAGED)
-def config_maps(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+async def config_maps(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
     meta = body.metadata
     kept = {
         "metadata": {"name": meta.get("name"), "annotations": dict(meta.get("annotations") or {})},
@@ -65,16 +67,17 @@ def config_maps(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
 
 
 @kopf.index("v1", "pods", labels=MANAGED)
-def pods(body: kopf.Body, **_: Any) -> dict[Key, tuple[str, str]] | None:
-    """A group's pod that counts: (its address, its name)."""
+async def pods(body: kopf.Body, **_: Any) -> dict[Key, tuple[str, str]]:
+    """A group's pod that counts: (its address, its name); none for one that does not (an
+    empty result takes the pod out of the index: kopf keeps the last entry for ``None``)."""
     meta, status = body.metadata, body.status
     group = _group(meta)
     if group is None or meta.get("deletionTimestamp"):
-        return None
+        return {}
     conditions = status.get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     if not ready or not status.get("podIP"):
-        return None
+        return {}
     return {(meta["namespace"], group): (str(status["podIP"]), str(meta["name"]))}
 
 

@@ -4,6 +4,7 @@ tuning was silently dead on IPv6 clusters)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import kopf
@@ -46,7 +47,7 @@ def test_a_sidecar_url_template_may_name_the_pod() -> None:
 
 
 def test_a_ready_running_pod_counts() -> None:
-    assert watched.pods(pod()) == {("shop", "orders"): ("10.0.0.7", "orders-abc")}
+    assert asyncio.run(watched.pods(pod())) == {("shop", "orders"): ("10.0.0.7", "orders-abc")}
 
 
 @pytest.mark.parametrize(
@@ -55,4 +56,7 @@ def test_a_ready_running_pod_counts() -> None:
     ids=["unready", "terminating", "without-address"],
 )
 def test_unready_terminating_or_unaddressed_pods_do_not_count(candidate: kopf.Body) -> None:
-    assert watched.pods(candidate) is None
+    """Review of issue 22: ``None`` left a pod that went unready or began terminating in the
+    index (kopf keeps the last entry), so its sidecar was still asked; an empty result
+    takes it out."""
+    assert asyncio.run(watched.pods(candidate)) == {}
