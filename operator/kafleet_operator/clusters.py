@@ -204,6 +204,9 @@ class View:
         if not every:
             return snapshot
         ends = self._offsets(every, LATEST, snapshot, deadline)
+        if not ends:  # not one partition answered: the cluster is down, not a leader
+            self._topics_at = -METADATA_TTL_S  # and its metadata is asked again next pass
+            raise next(iter(snapshot.unreadable.values())).exception()
         # Asked even where the metadata shows no offsets topic: a principal that may not
         # describe it (consumer ACLs, MSK IAM) does not see it, and its groups have commits.
         asked = self._settled(watched, ends, snapshot, unsettled)

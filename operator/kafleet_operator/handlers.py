@@ -257,7 +257,9 @@ def _pause_changed(type: str, body: kopf.Body, patch: kopf.Patch) -> None:
     uid = body.metadata["uid"]
     if type == "DELETED":
         _pauses.pop(uid, None)
+        _reconciled.discard(uid)
         pause.UNAPPLIED.pop(uid, None)
+        owned.forget(body.metadata["namespace"], body.metadata["name"])
         return
     held, before = pause.read(body.metadata), _pauses.get(uid)
     if before is None or before == held:

@@ -42,6 +42,12 @@ _poster = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kafleet-e
 _written: dict[tuple[str, str, str], str] = {}
 
 
+def forget(namespace: str, names: Iterable[str]) -> None:
+    """A group gone: what was written of its objects (``names``) is no longer remembered."""
+    for key in [k for k in _written if k[1] == namespace and k[2] in set(names)]:
+        _written.pop(key, None)
+
+
 class NotOwnedError(Exception):
     """An object of the name exists and its controller is not the would-be owner."""
 
@@ -183,7 +189,7 @@ def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str
         meta["name"],
         # The uid: a pass holding a group deleted and made again under its name writes
         # nothing on the new one (the API server refuses a uid that is not the object's).
-        {"metadata": {"uid": meta["uid"]}, "status": dict(status)},
+        {"metadata": {"uid": meta.get("uid")}, "status": dict(status)},
         _content_type="application/merge-patch+json",
     )
     return dict(written) if isinstance(written, Mapping) else {}

@@ -77,7 +77,7 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
     meta = body.metadata
     measured = metrics.series(memo, meta["namespace"], meta["name"], body.spec.get("group_id", ""))
     started = time.monotonic()
-    retry = pause.UNAPPLIED.pop(str(meta["uid"]), None)
+    retry = pause.UNAPPLIED.pop(str(meta.get("uid")), None)
     if retry is not None:
         retry(body, patch)  # a pause change that could not be applied: again (it may re-add)
     try:

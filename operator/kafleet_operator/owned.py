@@ -28,7 +28,7 @@ import kopf
 from kubernetes import client as k8s
 
 from kafleet.errors import ConfigError
-from kafleet_operator import builders, pause, tuner
+from kafleet_operator import builders, kube, pause, tuner
 from kafleet_operator.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.kube import NotOwnedError, api_message, apply, client, post_event
 from kafleet_operator.spec import parse_spec
@@ -40,6 +40,15 @@ KINDS = ("Deployment", "ConfigMap", "Service")
 # put-backs of one object within the window, it is left alone until the window has passed.
 FIGHT_LIMIT, FIGHT_WINDOW_S = 5, 300.0
 _put_backs: dict[tuple[str, str, str], deque[float]] = {}
+
+
+def forget(namespace: str, name: str) -> None:
+    """A group gone: its objects' put-backs, and what was written of them, are forgotten."""
+    names = {name, f"{name}-worker", f"{name}-metrics"}
+    for key in [k for k in _put_backs if k[1] == namespace and k[2] in names]:
+        _put_backs.pop(key, None)
+    kube.forget(namespace, names)
+    tuner.forget(namespace, name)
 
 
 def fighting(kind: str, namespace: str, name: str, now: float) -> bool:

@@ -54,6 +54,12 @@ _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_lock = threading.Lock()
 
 
+def forget(namespace: str, name: str) -> None:
+    """A group gone: its lock goes (a group made again under the name gets a new one)."""
+    with _locks_lock:
+        _locks.pop((namespace, name), None)
+
+
 def _lock(namespace: str, name: str) -> threading.Lock:
     with _locks_lock:
         return _locks.setdefault((namespace, name), threading.Lock())

@@ -87,3 +87,17 @@ def test_the_rival_is_the_latest_writer_other_than_the_operator() -> None:
 
     assert kube.rival({"metadata": {"managedFields": fields}}) == "kubectl-edit"
     assert kube.rival({"metadata": {"managedFields": fields[:1]}}) == ""
+
+
+def test_a_gone_group_leaves_nothing_behind_in_the_operators_memory() -> None:
+    """Review of issue 22: the put-backs, writes and locks of every group ever seen were kept
+    for the operator's life (memory bounded by churn, not by the groups there are)."""
+    for t in range(0, 50, 10):
+        owned.fighting("Deployment", "churn", "gone", float(t))
+    kube._written[("Deployment", "churn", "gone")] = "7"
+
+    owned.forget("churn", "gone")
+
+    assert not [k for k in owned._put_backs if k[1] == "churn"]
+    assert ("Deployment", "churn", "gone") not in kube._written
+    assert owned.fighting("Deployment", "churn", "gone", 60.0) is False
