@@ -103,11 +103,12 @@ def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_s
     revoked = _value(fleet_prometheus, f'sum(kafleet_partitions_revoked_total{{group="{name}"}})')
     if not revoked:  # both workers joined at once: no revoke, so no last drain to show
         families.discard("kafleet_last_revoke_drain_seconds")
-    # The group's series; the operator's reconciles carry no group id, its build_info no group.
+    # The group's series; the operator's reconciles carry no group id, and its build_info, its
+    # Kafka reads and its status writes no group at all.
     selectors = [
         f'{{__name__=~"kafleet_.+",group="{name}"}}',
         f'{{__name__=~"kafleet_operator_.+",namespace="{ns}",consumergroup="{name}"}}',
-        "kafleet_operator_build_info",
+        '{__name__=~"kafleet_operator_(build_info|kafka_.+|status_writes_total)"}',
     ]
     exported = {
         str(s["metric"]["__name__"])  # type: ignore[index]
