@@ -48,7 +48,7 @@ def serve(conn: multiprocessing.connection.Connection, bootstrap: str, security:
     """The child: read what the operator asks, until it hangs up. A client that cannot be
     made (an SSL file missing) answers every read with why."""
     view: clusters.View | None = None
-    refused: clusters.Failure | None = None
+    refused = clusters.Failure(KafkaError._FAIL, "no client")
     try:
         view = clusters.View(bootstrap, security)
     except KafkaException as exc:
@@ -58,20 +58,16 @@ def serve(conn: multiprocessing.connection.Connection, bootstrap: str, security:
             wants = conn.recv()
         except (EOFError, OSError):
             return
-        answer: clusters.Snapshot | clusters.Failure
+        answer: clusters.Snapshot | clusters.Failure = refused
         try:
-            answer = refused if view is None and refused else _read(view, wants)
+            if view is not None:
+                answer = view.read(wants)
         except KafkaException as exc:
             answer = clusters.Failure.of(exc)
         except Exception as exc:  # a defect: this process's stderr has it
             log.exception("reading offsets failed")
             answer = clusters.Failure(KafkaError._FAIL, f"reading offsets failed: {exc!r}")
         conn.send(answer)
-
-
-def _read(view: clusters.View | None, wants: list[clusters.Want]) -> clusters.Snapshot:
-    assert view is not None  # made, or refused
-    return view.read(wants)
 
 
 class Reader:
