@@ -17,6 +17,9 @@ records into the topics of 10 random groups and, per group, the time to the scal
 (kafleet: the ConsumerGroup's ``spec.replicas``; KEDA: its HPA's ``desiredReplicas``) and to
 the Deployment's 8 replicas. Last, the topics are deleted, timed.
 
+Each size's raw figures are written to ``bench/results/b9-samples.json`` as soon as it is
+measured; with ``KAFLEET_B9_RESUME=1`` the sizes found there are not measured again.
+
 Owns the workload, its order and the table. Does not own the readers (``fleet_scale_probe.py``),
 the topics (``fleet_scale_kafka.py``), the control plane (``tests/infra/k8s.py``) or KEDA
 (``tests/infra/keda.py``).
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -85,7 +89,7 @@ class Run:
         try:
             yield name
         finally:
-            self.plane.kubectl("delete", "namespace", name, "--timeout=600s", check=False)
+            _cleanup(self.plane, "delete", "namespace", name)
 
     def measure(
         self,
@@ -238,9 +242,17 @@ def _keda(run: Run, bootstrap: str) -> Measured:
             logs = dict.fromkeys(keda.logs.values(), '"level":"error"')
             run.measure(measured, ns, scaled, ready, read, keda.pids, logs)
         finally:  # while KEDA runs: its finalizer would hold them
-            run.plane.kubectl("delete", "scaledobjects", "--all", "-n", ns, "--timeout=600s",
-                              check=False)  # fmt: skip
+            _cleanup(run.plane, "delete", "scaledobjects", "--all", "-n", ns)
     return measured
+
+
+def _cleanup(plane: k8s.ControlPlane, *args: str) -> None:
+    """A kubectl delete after a measurement: waited for up to 10 minutes, and one that takes
+    longer (KEDA's finalizers on a thousand ScaledObjects) ends no run: the plane goes next."""
+    try:
+        plane.kubectl(*args, "--timeout=600s", check=False, timeout=660)
+    except subprocess.TimeoutExpired:
+        print(f"kubectl {' '.join(args)} was still waiting after 660 s; going on", flush=True)
 
 
 def _one_size(ctx: Context, n: int, jmx: probe.BrokerJmx, window_s: float,
@@ -281,18 +293,24 @@ def run(ctx: Context) -> Table:
     jmx = probe.BrokerJmx(probe.broker_pid(ctx.bootstrap))
     columns = ["figure"] + [c for n in sizes for c in (f"kafleet {n}", f"KEDA {n}", "ratio")]
     table = Table("b9", "fleet scale: N groups on one kafleet operator and on KEDA", columns)
-    raw: dict[int, dict[str, Any]] = {}
+    samples = RESULTS / "b9-samples.json"
+    raw: dict[str, dict[str, Any]] = {}
+    if os.environ.get("KAFLEET_B9_RESUME") and samples.exists():  # sizes measured already
+        raw = json.loads(samples.read_text())
     for n in sizes:
-        measured = _one_size(ctx, n, jmx, window_s, table.notes)
-        raw[n] = {tool: asdict(m) for tool, m in measured.items()}
+        if str(n) in raw:
+            measured = {tool: Measured(**m) for tool, m in raw[str(n)].items()}
+        else:
+            measured = _one_size(ctx, n, jmx, window_s, table.notes)
+            raw[str(n)] = {tool: asdict(m) for tool, m in measured.items()}
+            RESULTS.mkdir(exist_ok=True)
+            samples.write_text(json.dumps(raw, indent=1))  # each size kept as soon as measured
         found = {tool: figures.rows(m, STEP_GROUPS) for tool, m in measured.items()}
         for i, (label, mine) in enumerate(found["kafleet"].items()):
             if len(table.rows) <= i:
                 table.rows.append([label])
             theirs = found.get("KEDA", {}).get(label)
             table.rows[i] += [mine, "-" if theirs is None else theirs, figures.ratio(mine, theirs)]
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "b9-samples.json").write_text(json.dumps(raw, indent=1))
     table.notes += [
         f"each N: a control plane of its own with kwok nodes; kafleet's operator (--interval-s "
         f"{INTERVAL_S:g}), then KEDA {keda_infra.KEDA_VERSION} (pollingInterval {INTERVAL_S:g}, "

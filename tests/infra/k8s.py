@@ -255,9 +255,11 @@ class ControlPlane:
             time.sleep(0.2)
         raise TestbedError(f"{component} was not ready in time ({last}); {self._tail(component)}")
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> str:
         """Run the test bed's kubectl against this control plane; return its stdout."""
-        return kubectl(self.kubeconfig, *args, input=input, check=check)
+        return kubectl(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
 
     def _create_fake_nodes(self) -> None:
         nodes = [
