@@ -122,7 +122,7 @@ async def run(
     observe: Callable[[Body, Memo], None],
     plan: Plan,
     interval_s: float,
-    workers: int = 4,
+    workers: int = 2,
     reader_threads: int = 16,
     observed: Callable[[str], bool] = lambda uid: True,
 ) -> None:

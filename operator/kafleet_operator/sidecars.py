@@ -30,7 +30,7 @@ log = logging.getLogger("kafleet.operator")
 # `kafleet operator --sidecar-url` sets this (before this module loads).
 SIDECAR_URL = os.environ.get("KAFLEET_OPERATOR_SIDECAR_URL", "http://{pod_ip}:8080")
 TIMEOUT_S = 1.0
-PARALLEL = 4  # sidecars asked at once, over every group
+PARALLEL = 2  # sidecars asked at once, over every group (answers take milliseconds)
 SILENT_S, SILENT_MAX_S = 15.0, 300.0  # a pod that did not answer is left alone this long, doubling
 DEADLINE_S = 2 * TIMEOUT_S + 0.5  # a group waits this long for its sidecars, at most
 FRESH_S = 1.0  # the autoscaler and the tuner of one pass share one round of asking
