@@ -18,7 +18,9 @@ records into the topics of 10 random groups and, per group, the time to the scal
 the Deployment's 8 replicas. Last, the topics are deleted, timed.
 
 Each size's raw figures are written to ``bench/results/b9-samples.json`` as soon as it is
-measured; with ``KAFLEET_B9_RESUME=1`` the sizes found there are not measured again.
+measured; with ``KAFLEET_B9_RESUME=1`` the sizes found there are not measured again;
+``KAFLEET_B9_PROFILE=1`` (with py-spy in the virtual environment) profiles kafleet's operator
+over each window at rest.
 
 Owns the workload, its order and the table. Does not own the readers (``fleet_scale_probe.py``),
 the topics (``fleet_scale_kafka.py``), the control plane (``tests/infra/k8s.py``) or KEDA
@@ -110,15 +112,35 @@ class Run:
         time.sleep(min(30.0, self.window_s / 2))  # the first passes after Ready are not rest
         sizes = {log: log.stat().st_size for log in logs}
         port = probe.port_of(self.topics.bootstrap)
+        profiler = _profile(pids, measured.groups, self.window_s)
         figures.measure(
             measured, self.plane.kubeconfig, pids, self.jmx, port, self.window_s, passes
         )
+        if profiler is not None:
+            profiler.wait()
         started = self.topics.produce(self.step, STEP_RECORDS // PARTITIONS)
         figures.watch_step(measured, started, self.step, read, STEP_TIMEOUT_S)
         for log, marker in logs.items():
             with log.open("rb") as lines:
                 lines.seek(sizes[log])
                 measured.log_errors += sum(marker.encode() in line for line in lines)
+
+
+def _profile(pids: dict[str, int], n: int, seconds: float) -> subprocess.Popen[bytes] | None:
+    """With ``KAFLEET_B9_PROFILE=1``: py-spy samples kafleet's operator (and its reading
+    child) over the window at rest, into ``bench/results/b9-kafleet-<n>.pyspy`` (py-spy's raw
+    format: one stack and its count per line)."""
+    pid = pids.get("kafleet-operator")
+    spy = Path(KAFLEET).parent / "py-spy"
+    if not os.environ.get("KAFLEET_B9_PROFILE") or pid is None or not spy.exists():
+        return None
+    out = RESULTS / f"b9-kafleet-{n}.pyspy"
+    RESULTS.mkdir(exist_ok=True)
+    return subprocess.Popen(
+        [str(spy), "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "100", "-f", "raw",
+         "-o", str(out), "--subprocesses", "--nonblocking"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def _nodes(plane: k8s.ControlPlane, pods: int) -> None:
@@ -324,7 +346,8 @@ def run(ctx: Context) -> Table:
         "the HPA controller's (externalmetrics, deployments/scale, HPAs) as KEDA's",
         "decision: kafleet's spec.replicas, KEDA's HPA desiredReplicas, leaving 1; p99 of "
         "10 groups is their slowest (nearest rank); kafleet's sidecar calls go to one fake "
-        f"sidecar answering {{}}; raw samples in {RESULTS / 'b9-samples.json'}",
+        "sidecar answering as a worker that applied the default max_poll_records; raw "
+        f"samples in {RESULTS / 'b9-samples.json'}",
     ]
     if keda_infra.built() is None:
         table.notes.append(f"KEDA is not built ({keda_infra.BIN}): make keda")

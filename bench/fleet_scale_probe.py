@@ -15,6 +15,7 @@ Does not own what is measured when (``b9_fleet_scale.py``) or any workload.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -247,16 +248,23 @@ def writes(rates: dict[str, float]) -> float:
 
 
 class FakeSidecars:
-    """Answers ``/<pod>/status`` for every pod with ``{}`` (no figures: the tuner holds)."""
+    """Answers ``/<pod>/status`` for every pod as a worker that applied the default
+    ``max_poll_records`` and measured nothing yet (the tuner holds, and sees its value
+    applied: with no answer at all, each group's tuning would stay pending for 150 s and end
+    with a status write inside the window at rest)."""
+
+    BODY = json.dumps({"worker": {"max_poll_records": 500}}).encode()
 
     def __init__(self) -> None:
+        body = self.BODY
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(body)
 
             def log_message(self, *_: object) -> None:
                 pass
