@@ -13,9 +13,12 @@ VENV ?= .venv
 PYTEST_ARGS ?=
 # `make test` runs the tests of the machine's one real node (REAL_NODE_TESTS) in a pytest
 # session of their own beside the others' (they wait on pods, the others on the broker and the
-# control plane); 0 runs all in one session. With PYTEST_ARGS set, one session runs those.
+# control plane), with the slowest few of the others (SIDE_TESTS) so the two sessions end
+# together; 0 runs all in one session. With PYTEST_ARGS set, one session runs those.
 TEST_SPLIT ?= 1
 REAL_NODE_TESTS := tests/e2e tests/testbed/test_real_node.py
+SIDE_TESTS := $(REAL_NODE_TESTS) tests/operator/test_fleet_at_scale.py \
+  tests/spark/test_spark_workers.py
 # Real KEDA's tests: KEDA's build (10 to 20 minutes of both cores) would take a cold CI run past
 # its 40 minutes, so `make bench` builds it and runs them (`make test-keda` alone); `make test`
 # leaves them out.
@@ -108,12 +111,14 @@ test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run e
 	@if [ -n "$(PYTEST_ARGS)" ] || [ "$(TEST_SPLIT)" = 0 ]; then \
 	  set -x; $(PY) -m pytest $(if $(PYTEST_ARGS),$(PYTEST_ARGS),--ignore=$(KEDA_TESTS)); \
 	else \
-	  mkdir -p .cache/test-logs; log=.cache/test-logs/real-node.log; \
-	  echo "the real node's tests run beside the others; their output: $$log (shown at the end)"; \
-	  $(PY) -m pytest $(REAL_NODE_TESTS) >$$log 2>&1 & node=$$!; \
-	  status=0; $(PY) -m pytest $(addprefix --ignore=,$(REAL_NODE_TESTS) $(KEDA_TESTS)) || status=$$?; \
+	  mkdir -p .cache/test-logs; log=.cache/test-logs/side.log; \
+	  echo "the real node's tests and the slowest run beside the others; their output: $$log" \
+	    "(shown at the end)"; \
+	  $(PY) -m pytest $(SIDE_TESTS) >$$log 2>&1 & node=$$!; \
+	  status=0; $(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(KEDA_TESTS)) || status=$$?; \
 	  wait $$node || status=$$((status ? status : $$?)); \
-	  echo; echo "=== the real node's tests ($$log) ==="; cat $$log; exit $$status; \
+	  echo; echo "=== the real node's tests and the slowest ($$log) ==="; cat $$log; \
+	  exit $$status; \
 	fi
 
 .PHONY: bench

@@ -83,16 +83,16 @@ def test_a_hand_edit_of_the_deployments_image_or_replicas_is_reverted(
     k8s.kubectl(
         "set", "image", "-n", namespace, "deployment/edited", "worker=registry.example.com/evil:6"
     )
-    wait_until(
+    wait_until(  # a pass or two; generous for a busy machine
         lambda: _worker(get(k8s, namespace, "deployment", "edited"))["image"] == image,
-        5,
+        20,
         f"the worker's image to be set back to {image}",
         every=0.2,
     )
     k8s.kubectl("scale", "-n", namespace, "deployment/edited", "--replicas=5")
     wait_until(
         lambda: get(k8s, namespace, "deployment", "edited")["spec"]["replicas"] == 2,
-        5,
+        20,
         "the Deployment's replicas to be set back to the group's spec.replicas (2)",
         every=0.2,
     )
