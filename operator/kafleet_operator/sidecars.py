@@ -38,6 +38,7 @@ _pool = concurrent.futures.ThreadPoolExecutor(PARALLEL, "kafleet-sidecars")
 _lock = threading.Lock()
 _silent: dict[str, tuple[float, int]] = {}  # pod -> (not asked before, failures in a row)
 _recent: dict[tuple[str, str], tuple[float, list[Report]]] = {}
+_swept = 0.0  # when the two were last swept of what is too old to matter
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,13 @@ def read(namespace: str, name: str) -> list[Report]:
     for future in late:  # the pool is busy with other groups' silent pods: next pass
         future.cancel()
     answers = [a for f in futures if f in done and (a := f.result()) is not None]
+    global _swept
     with _lock:
         _recent[(namespace, name)] = (now, answers)
-        for key in [k for k, (at, _) in _recent.items() if now - at > FRESH_S]:
-            del _recent[key]
-        for pod in [p for p, (until, _) in _silent.items() if until + SILENT_MAX_S < now]:
-            del _silent[pod]
+        if now - _swept > FRESH_S:  # once a second, not once a group: a sweep visits them all
+            _swept = now
+            for key in [k for k, (at, _) in _recent.items() if now - at > FRESH_S]:
+                del _recent[key]
+            for pod in [p for p, (until, _) in _silent.items() if until + SILENT_MAX_S < now]:
+                del _silent[pod]
     return answers
