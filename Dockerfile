@@ -57,7 +57,7 @@ print(*p["dependencies"], *(d for e in sys.argv[1:] for d in p["optional-depende
 # A stage of its own, so the default image never downloads pyspark.
 FROM deps AS deps-spark
 RUN set -eu; cd /wheels; \
-    python3 -c 'import tomllib; print(*tomllib.load(open("/src/pyproject.toml", "rb"))["project"]["optional-dependencies"]["spark"], sep="\n")' \
+    python3 -c 'import tomllib; e = tomllib.load(open("/src/pyproject.toml", "rb"))["project"]["optional-dependencies"]; print(*e["spark"], *e["share"], sep="\n")' \
       > requirements-spark.txt; \
     /opt/build/bin/pip wheel --wheel-dir /wheels --find-links /wheels \
       -r requirements.txt -r requirements-spark.txt; \
@@ -95,6 +95,30 @@ RUN set -eu; \
 
 
 # ---- runtime: a clean base, the user, and a venv with the dependencies of '.[operator]' --------
+# Kafka's Java client for share groups (group_type: share): KIP-1206's record limit needs
+# ShareFetch v2, which only the Java client speaks. The jars `kafleet share-jars` fetches.
+FROM ${BASE_IMAGE} AS share-jars
+ARG MAVEN=https://repo1.maven.org/maven2
+WORKDIR /jars
+RUN set -eu; \
+    fetch() { python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(*sys.argv[1:])' \
+      "${MAVEN}/$1/$2/$3/$2-$3.jar" "$2-$3.jar"; }; \
+    fetch org/apache/kafka kafka-clients 4.3.1; \
+    fetch com/github/luben zstd-jni 1.5.6-10; \
+    fetch at/yawk/lz4 lz4-java 1.10.2; \
+    fetch org/xerial/snappy snappy-java 1.1.10.7; \
+    fetch org/slf4j slf4j-api 1.7.36; \
+    fetch org/slf4j slf4j-simple 1.7.36; \
+    printf '%s  %s\n' \
+      52501b7b47510c66f898871adaf6d2968ab7246561d44ced43643a8a587f0b36 kafka-clients-4.3.1.jar \
+      b6c3237e24b8252a5a9c3a0e1ae30ef8f323412e74bd358548b7a9e527d676df zstd-jni-1.5.6-10.jar \
+      252dabd586d22149a31661a8afc1a50747714eb1a298bd4a6e780c8c91a13866 lz4-java-1.10.2.jar \
+      4c766cb3f855415ee734b2392949a0b6f12a60879334a74518deaf6270d32e36 snappy-java-1.1.10.7.jar \
+      d3ef575e3e4979678dc01bf1dcce51021493b4d11fb7f1be8ad982877c16a1c0 slf4j-api-1.7.36.jar \
+      2f39bed943d624dfa8f4102d0571283a10870b6aa36f197a8a506f147010c10f slf4j-simple-1.7.36.jar \
+      > SHA256SUMS; \
+    sha256sum -c SHA256SUMS
+
 FROM ${BASE_IMAGE} AS runtime
 # PATH in full, not ${PATH}: a base made with `buildah from scratch` may have none.
 ENV PATH=/opt/kafleet/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -121,7 +145,8 @@ ENTRYPOINT ["kafleet"]
 CMD ["--help"]
 
 
-# ---- spark: the runtime plus a JRE 17, the [spark] extra and Delta Lake's jars ----------------
+# ---- spark: the runtime plus a JRE 17, the [spark] extra and Delta Lake's jars, and the share
+# extra with Kafka's Java client (share groups) ---------------------------------------------------
 FROM runtime AS spark
 USER 0:0
 # Slim bases drop man pages, and the JRE's postinst fails without the man1 folder. What apt and
@@ -133,7 +158,9 @@ RUN set -eu; mkdir -p /usr/share/man/man1; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/apt \
       /var/log/dpkg.log /var/log/alternatives.log /tmp/hsperfdata_root; \
     ln -s "java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17
-ENV JAVA_HOME=/usr/lib/jvm/java-17
+ENV JAVA_HOME=/usr/lib/jvm/java-17 \
+    KAFLEET_SHARE__CLASSPATH=/opt/kafleet/share-client/*
+COPY --from=share-jars /jars/ /opt/kafleet/share-client/
 # Delta's jars go into pyspark/jars, Spark's own class path: every in-process session has Delta
 # with no spark.jars setting (the session still names Delta's SQL extension and catalog).
 COPY --from=deps-spark /wheels/SHA256SUMS /opt/kafleet/wheels-spark.sha256
@@ -162,10 +189,10 @@ RUN --mount=type=bind,from=build-tools,source=/tools,target=/tools \
     set -eu; set -- /tools/pip-*.whl; \
     PIP_ROOT_USER_ACTION=ignore /opt/kafleet/bin/python "$1/pip" install --no-cache-dir \
       --disable-pip-version-check --no-index --find-links /dist --find-links /wheels \
-      'kafleet[operator,spark]'
+      'kafleet[operator,spark,share]'
 USER 65532:65532
 LABEL org.opencontainers.image.title="kafleet-spark" \
-      org.opencontainers.image.description="kafleet with Spark: the worker, the sidecar and the operator, plus pyspark, Delta Lake and a headless JRE 17" \
+      org.opencontainers.image.description="kafleet with Spark and share groups: the worker, the sidecar and the operator, plus pyspark, Delta Lake, Kafka's Java client and a headless JRE 17" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \

@@ -64,14 +64,15 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "kafleet needs Python 3.11 or newer, not " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[operator,spark,dev]'
+	$(PY) -m pip install --quiet -e '.[operator,spark,share,dev]'
 	@touch $@
 
 .PHONY: lint
-lint: venv ## Check with ruff (lint and format) and mypy --strict.
+lint: venv ## Check with ruff (lint and format), mypy --strict, and the layers' import contracts (pyproject.toml).
 	$(PY) -m ruff check consumer operator monitoring tests bench examples
 	$(PY) -m ruff format --check consumer operator monitoring tests bench examples
 	$(PY) -m mypy consumer/kafleet operator/kafleet_operator monitoring
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m monitoring --check
 
 .PHONY: fmt
@@ -132,13 +133,17 @@ test-keda: venv k8s-tools jars keda ## Build KEDA and run its tests (a ScaledObj
 	$(PY) -m pytest $(KEDA_TESTS) $(PYTEST_ARGS)
 
 .PHONY: testbed
-testbed: jars delta-jars k8s-tools node-tools images ## Fetch and build everything the tests and benchmarks run on (make -j runs it side by side).
+testbed: jars share-jars delta-jars k8s-tools node-tools images ## Fetch and build everything the tests and benchmarks run on (make -j runs it side by side).
 
 ##@ Test bed (everything it fetches or starts lives in .cache/)
 
 .PHONY: jars
 jars: venv ## Fetch the Kafka broker's jars from Maven Central (once).
 	@$(KAFKA) jars >/dev/null
+
+.PHONY: share-jars
+share-jars: venv ## Fetch Kafka's Java client for share groups (share.classpath) from Maven Central (once).
+	@$(VENV)/bin/kafleet share-jars .cache/share-client/4.3.1 >/dev/null
 
 .PHONY: kafka-up
 kafka-up: venv ## Start a development Kafka broker (reused if running); prints its address.

@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m bench [--quick] [NAME ...]`` (names like ``b0``)."""
+"""Run the benchmarks: ``python -m bench [--quick] [NAME ...]`` (names like ``b0``, ``b10``)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,20 @@ def discover() -> list[str]:
     return sorted(p.stem for p in here.glob("b[0-9]*_*.py"))
 
 
+def _names(module: str, name: str) -> bool:
+    """``b1`` names b1_overhead, not b10_share: a bare name is the number before the first
+    ``_``; a longer one (``b1_over``) is a prefix of the module's name."""
+    return module.split("_", 1)[0] == name if "_" not in name else module.startswith(name)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("names", nargs="*", help="benchmarks to run (prefixes: b0, b1, ...)")
+    parser.add_argument(
+        "names", nargs="*", help="benchmarks to run: b0, b1, ... b10 (or a prefix such as b1_over)"
+    )
     parser.add_argument("--quick", action="store_true", help="small workloads, to check they run")
     args = parser.parse_args()
-    chosen = [m for m in discover() if not args.names or any(m.startswith(n) for n in args.names)]
+    chosen = [m for m in discover() if not args.names or any(_names(m, n) for n in args.names)]
     if not chosen:
         print(f"no benchmark matches {args.names}; there are: {discover()}", file=sys.stderr)
         return 2

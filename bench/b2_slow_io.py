@@ -1,11 +1,16 @@
 """B2: slow I/O. Each record waits 5 ms (a network call); 16 partitions, 10,000 keys. The
 poll-then-process loop handles one record at a time (ideal 200/s); kafleet by partition with
-16 threads (ideal 3,200/s) and by key with 64 and 256 (ideal 12,800/s and 51,200/s). Each
-rate is shown with its share of its own ideal, concurrency / 5 ms."""
+16 threads (ideal 3,200/s) and by key with 64 and 256 (ideal 12,800/s and 51,200/s), the last
+also with a coroutine handler (``asyncio.sleep``) on the event loop instead of 256 threads.
+Each rate is shown with its share of its own ideal, concurrency / 5 ms; the last row, 256
+coroutines that only sleep on a bare event loop (no Kafka, no kafleet), is what one Python
+event loop reaches on this machine: the ceiling of the coroutine row."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.harness import Context, Table, backlog, time_kafleet, time_poll_then_process
@@ -16,6 +21,10 @@ WAIT_S = 0.005
 
 def io_wait(record: Any) -> None:
     time.sleep(WAIT_S)
+
+
+async def io_wait_async(record: Any) -> None:
+    await asyncio.sleep(WAIT_S)
 
 
 def run(ctx: Context) -> Table:
@@ -31,16 +40,22 @@ def run(ctx: Context) -> Table:
     table.add(
         "poll-then-process loop", loop_n, loop_s, loop_rate, 1 / WAIT_S, loop_rate * WAIT_S, 1.0
     )
-    for ordering, concurrency in (("partition", 16), ("key", 64), ("key", 256)):
+    rows: list[tuple[str, int, Callable[[Any], Any], str]] = [
+        ("partition", 16, io_wait, ""),
+        ("key", 64, io_wait, ""),
+        ("key", 256, io_wait, ""),
+        ("key", 256, io_wait_async, ", coroutine"),
+    ]
+    for ordering, concurrency, handler, kind in rows:
         ideal = concurrency / WAIT_S
         count = ctx.scale(int(min(ideal * 4, 100_000)), 2_000)
         topic = backlog(ctx, PARTITIONS, count)
         seconds = time_kafleet(
-            ctx, topic, count, io_wait, ordering=ordering, concurrency=concurrency
+            ctx, topic, count, handler, ordering=ordering, concurrency=concurrency
         )
         rate = count / seconds
         table.add(
-            f"kafleet, ordering={ordering}, concurrency {concurrency}",
+            f"kafleet, ordering={ordering}, concurrency {concurrency}{kind}",
             count,
             seconds,
             rate,
@@ -48,4 +63,30 @@ def run(ctx: Context) -> Table:
             rate / ideal,
             rate / loop_rate,
         )
+    bare_s = 4.0
+    bare_n = asyncio.run(_bare_loop(256, bare_s))
+    table.add(
+        "bare asyncio loop, 256 coroutines (no Kafka)",
+        bare_n,
+        bare_s,
+        bare_n / bare_s,
+        256 / WAIT_S,
+        bare_n / bare_s * WAIT_S / 256,
+        bare_n / bare_s / loop_rate,
+    )
     return table
+
+
+async def _bare_loop(coroutines: int, seconds: float) -> int:
+    """How many 5 ms sleeps ``coroutines`` coroutines end in ``seconds`` on one event loop."""
+    done = 0
+    stop = time.monotonic() + seconds
+
+    async def sleeper() -> None:
+        nonlocal done
+        while time.monotonic() < stop:
+            await asyncio.sleep(WAIT_S)
+            done += 1
+
+    await asyncio.gather(*(sleeper() for _ in range(coroutines)))
+    return done

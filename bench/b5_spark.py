@@ -1,9 +1,12 @@
 """B5: from Kafka into a Delta table through Spark. The same 1,000,000 records of ~100 bytes on
 12 partitions go through Spark Structured Streaming's Kafka source (``availableNow``, a
 trivial projection, one micro-batch per trigger) and through kafleet into the Delta sink, with
-an identity handler and again with a 2 ms I/O wait per record; all in one local[2] Spark
-session on this machine. Each is timed from its start (group join and Spark jobs included)
-until every record is in the table, then the table is counted.
+an identity handler (of one record; of a batch, giving a list of dicts or an Arrow table; the
+table one also exactly-once) and again with a 2 ms I/O wait per record; all in one local[2]
+Spark session on this machine. kafleet's batches are sized for a backlog (``BATCH``); one row
+keeps the earlier sizing to show what the size does. Each
+is timed from its start (group join and Spark jobs included) until every record is in the
+table, then the table is counted.
 
 Structured Streaming with the 2 ms wait (a Python UDF that sleeps) runs one record at a time
 per task, two tasks on two cores: it is measured on a 20,000-record topic, and its rate is
@@ -19,19 +22,41 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+from confluent_kafka import Message
 from pyspark.sql import SparkSession
 
 from bench.harness import Context, Table, backlog
-from kafleet import ParallelConsumer, Record, load_config
+from kafleet import ParallelConsumer, Record, batch_handler, load_config
 from tests.infra import spark as spark_infra
 
 PARTITIONS = 12
 IO_S = 0.002
-WRITERS = 2
+# Results a partition may hold, records per batch, batches written at once: sized for a
+# backlog (fewer, larger commits: one costs about a second whatever its size); one row keeps
+# the earlier sizing, 20,000 and 2 writers.
+BATCH = 100_000
+WRITERS = 1
 
 
 def identity(record: Record) -> dict[str, Any]:
     return {"key": record.key, "value": record.value}
+
+
+@batch_handler
+def identity_batch(messages: list[Message]) -> list[dict[str, Any]]:
+    return [{"key": m.key(), "value": m.value()} for m in messages]
+
+
+@batch_handler
+def identity_table(messages: list[Message]) -> pa.Table:
+    """The identity as columns: an Arrow table, one row per message."""
+    return pa.table(
+        {
+            "key": pa.array([m.key() for m in messages], pa.binary()),
+            "value": pa.array([m.value() for m in messages], pa.binary()),
+        }
+    )
 
 
 def io_wait(record: Record) -> dict[str, Any]:
@@ -74,7 +99,14 @@ def time_structured_streaming(
 
 
 def time_kafleet_delta(
-    ctx: Context, topic: str, count: int, path: Path, handler: Any, **fields: Any
+    ctx: Context,
+    topic: str,
+    count: int,
+    path: Path,
+    handler: Any,
+    batch: int = BATCH,
+    writers: int = WRITERS,
+    **fields: Any,
 ) -> float:
     config = load_config(
         None,
@@ -83,12 +115,12 @@ def time_kafleet_delta(
             "group_id": f"bench-{uuid.uuid4().hex}",
             "topics": [topic],
             "max_poll_records": 5000,
-            "queue": {"max_records": 20_000, "max_bytes": 32 * 1024 * 1024},
+            "queue": {"max_records": batch, "max_bytes": batch * 1600},
             "spark": {
                 "table": str(path / "table"),
                 "master": "local[2]",
-                "batch": {"max_records": 20_000, "linger_ms": 1000},
-                "writers": WRITERS,
+                "batch": {"max_records": batch, "linger_ms": 1000},
+                "writers": writers,
             },
             **fields,
         },
@@ -134,6 +166,43 @@ def run(ctx: Context) -> Table:
             ctx, topic, count, work / "k1", identity, ordering="partition", concurrency=12
         )
         add("kafleet, identity handler", count, seconds, ss_rate, work / "k1")
+        seconds = time_kafleet_delta(
+            ctx, topic, count, work / "k3", identity_batch, ordering="partition", concurrency=12
+        )
+        add("kafleet, identity batch handler", count, seconds, ss_rate, work / "k3")
+        seconds = time_kafleet_delta(
+            ctx, topic, count, work / "k5", identity_table, ordering="partition", concurrency=12
+        )
+        add("kafleet, identity batch handler, Arrow table", count, seconds, ss_rate, work / "k5")
+        seconds = time_kafleet_delta(
+            ctx,
+            topic,
+            count,
+            work / "k6",
+            identity_batch,
+            batch=20_000,
+            writers=2,
+            ordering="partition",
+            concurrency=12,
+        )
+        add(
+            "kafleet, identity batch handler, batches of 20,000, 2 writers",
+            count,
+            seconds,
+            ss_rate,
+            work / "k6",
+        )
+        seconds = time_kafleet_delta(
+            ctx,
+            topic,
+            count,
+            work / "k4",
+            identity_table,
+            ordering="partition",
+            concurrency=12,
+            guarantee="exactly-once",
+        )
+        add("kafleet, Arrow table, exactly-once", count, seconds, ss_rate, work / "k4")
         ss_io_s = time_structured_streaming(spark, ctx.bootstrap, small, work / "ss2", True)
         ss_io_rate = add("Structured Streaming, 2 ms UDF", sample, ss_io_s, 0, work / "ss2")
         seconds = time_kafleet_delta(

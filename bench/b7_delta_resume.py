@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from bench.harness import Context, Table
-from kafleet.batcher import Batch
-from kafleet.record import Record
-from kafleet.spark_config import SparkSettings
-from kafleet.spark_sink import SparkSink
+from kafleet.config.spark import SparkSettings
+from kafleet.engine.record import Record
+from kafleet.spark.batcher import Batch
+from kafleet.spark.sink import SparkSink
 from tests.infra import spark as spark_infra
 
 PARTITIONS = 12

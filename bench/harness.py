@@ -23,7 +23,8 @@ from typing import Any
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafleet import ParallelConsumer, Record, load_config
+from kafleet import ParallelConsumer, batch_handler, load_config
+from kafleet.engine.handlers import kind_of
 from tests.infra.records import produce_numbered
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -108,24 +109,44 @@ def backlog(ctx: Context, partitions: int, count: int, keys: int = 10_000) -> st
 
 
 def time_kafleet(
-    ctx: Context, topic: str, count: int, handler: Callable[[Record], Any], **fields: Any
+    ctx: Context, topic: str, count: int, handler: Callable[..., Any], **fields: Any
 ) -> float:
-    """Seconds from the first record handled to the ``count``-th, with a fresh group."""
+    """Seconds from the first record handled to the ``count``-th, with a fresh group. The
+    handler may be of one record or a batch (``@batch_handler``), a function or a coroutine."""
     lock = threading.Lock()
     seen = 0
     first: float | None = None
     finished = threading.Event()
 
-    def counted(record: Record) -> None:
+    def count_up(records: int) -> None:
         nonlocal seen, first
-        handler(record)
         with lock:
             if first is None:
                 first = time.monotonic()
-            seen += 1
+            seen += records
             if seen >= count:
                 finished.set()
 
+    kind = kind_of(handler)
+    counted: Callable[..., Any]
+    if kind.coroutine:
+
+        async def counted_async(item: Any) -> Any:
+            result = await handler(item)
+            count_up(len(item) if kind.batch else 1)
+            return result
+
+        counted = counted_async
+    else:
+
+        def counted_sync(item: Any) -> Any:
+            result = handler(item)
+            count_up(len(item) if kind.batch else 1)
+            return result
+
+        counted = counted_sync
+    if kind.batch:
+        counted = batch_handler(counted)
     config = load_config(
         None,
         {

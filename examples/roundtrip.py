@@ -19,6 +19,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 PARTITIONS = 3
+LEADER_COMING_UP = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
 
 
 def ensure_topic(admin: AdminClient, topic: str) -> None:
@@ -43,10 +48,25 @@ def wait_for_leaders(admin: AdminClient, topic: str, timeout: float = 30.0) -> l
         time.sleep(0.2)
 
 
-def end_offsets(consumer: Consumer, topic: str, partitions: list[int]) -> dict[int, int]:
+def end_offsets(
+    consumer: Consumer, topic: str, partitions: list[int], timeout: float = 30.0
+) -> dict[int, int]:
+    """Each partition's end offset. A partition whose leader the metadata already names may
+    still answer NOT_LEADER_FOR_PARTITION for a moment while its broker takes the lead: such
+    an error (or any retriable one) is tried again until ``timeout``."""
+    deadline = time.monotonic() + timeout
     ends = {}
     for p in partitions:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        while True:
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                break
+            except KafkaException as exc:
+                error = exc.args[0]
+                transient = error.retriable() or error.code() in LEADER_COMING_UP
+                if not transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         ends[p] = high
     return ends
 

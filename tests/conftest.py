@@ -35,7 +35,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes.client import ApiClient
 from pyspark.sql import SparkSession
 
-from kafleet import ConsumerConfig, ParallelConsumer, load_config
+from kafleet import ConfigError, ConsumerConfig, ParallelConsumer, load_config
+from kafleet.share import jvm as share_jvm
 from tests.infra import images, node_host, node_runtime, processes
 from tests.infra import k8s as k8s_infra
 from tests.infra import kafka as kafka_infra
@@ -51,6 +52,11 @@ COORDINATOR_MOVING = {
     KafkaError.NOT_COORDINATOR,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
+LEADER_COMING_UP = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
 }
 
 
@@ -233,6 +239,11 @@ def namespace(k8s: K8s, request: pytest.FixtureRequest) -> Iterator[str]:
     k8s.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+def _pythonpath() -> str:
+    """The repository first, then whatever PYTHONPATH this session has."""
+    return os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+
+
 class WorkerProcesses:
     """Real ``kafleet worker`` processes of one test, each with a log file; killed after it."""
 
@@ -263,7 +274,7 @@ class WorkerProcesses:
         log = open(self.logs / f"worker-{len(self.started)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             cmd,
-            env={**os.environ, "PYTHONPATH": str(REPO), **env},
+            env={**os.environ, "PYTHONPATH": _pythonpath(), **env},
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
@@ -340,11 +351,20 @@ def committed_offsets(kafka: str) -> Callable[[str, str, int], dict[int, int]]:
 def end_offsets(admin: AdminClient, kafka: str) -> Callable[[str, int], dict[int, int]]:
     def read(topic: str, partitions: int) -> dict[int, int]:
         reader = Consumer({"bootstrap.servers": kafka, "group.id": "end-offsets-reader"})
+        deadline = time.monotonic() + 30
         try:
-            return {
-                p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in range(partitions)
-            }
+            while True:
+                try:
+                    return {
+                        p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                        for p in range(partitions)
+                    }
+                except KafkaException as exc:  # a new topic's leader may be coming up
+                    error = exc.args[0]
+                    transient = error.retriable() or error.code() in LEADER_COMING_UP
+                    if not transient or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         finally:
             reader.close()
 
@@ -381,6 +401,30 @@ def consumer_config(kafka: str, group_id: Callable[[], str]) -> ConfigFactory:
             "kafka": {"topic.metadata.refresh.interval.ms": 1000},
         }
         return load_config(None, {**base, **fields})
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def share_classpath() -> str:
+    """Kafka's Java client for share groups (``share.classpath``), fetched once with mvn."""
+    try:
+        return (
+            f"{share_jvm.fetch_jars(REPO / '.cache' / 'share-client' / share_jvm.CLIENT_VERSION)}/*"
+        )
+    except ConfigError as exc:
+        pytest.fail(f"the test bed could not fetch the share client's jars: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def share_config(consumer_config: ConfigFactory, share_classpath: str) -> ConfigFactory:
+    """``share_config(topic, **fields)``: a validated share-group config (``group_type:
+    share``) for the session's broker, its record lock short for tests (5 s)."""
+
+    def make(topic: str, group: str | None = None, **fields: Any) -> ConsumerConfig:
+        share = {"classpath": share_classpath, **fields.pop("share", {})}
+        fields.setdefault("processing_timeout_s", 5.0)
+        return consumer_config(topic, group, group_type="share", share=share, kafka={}, **fields)
 
     return make
 

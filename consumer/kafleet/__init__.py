@@ -1,10 +1,12 @@
 """kafleet: a parallel, back-pressured Kafka consumer for slow work.
 
 This module is the public surface: the names users import, listed in ``__all__``. Everything
-else is internal and may move. The parts: ``poller.py`` (the one thread that owns the Kafka
-consumer), ``work_queue.py`` (bounded per-partition queues and ordering lanes), ``executor.py``
-(runs the handler), ``offsets.py`` (what may be committed), wired by ``consumer.py``; the
-command line lives in ``cli.py`` and ``worker.py``.
+else is internal and may move. The packages, each a layer above the next (``pyproject.toml``'s
+import contracts, checked by ``make lint``): ``cli`` (the command line); ``consumer.py`` (the
+ParallelConsumer, wiring the engine to Spark), ``share`` (the ShareConsumer) and ``sidecar``;
+``spark`` (results in batches to a Spark job); ``engine`` (the Poller, the work queues, the
+Executor, the offsets); ``health`` (the worker's state and its judgement) and ``config`` (the
+one configuration model); ``errors.py`` (the error tree).
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kafleet.config import ConsumerConfig, QueueBounds, RetryPolicy
-    from kafleet.config_loading import load_config
+    from kafleet.config.loading import load_config
+    from kafleet.config.model import ConsumerConfig
+    from kafleet.config.queue_bounds import QueueBounds
+    from kafleet.config.retry_policy import RetryPolicy
+    from kafleet.config.security import Security
     from kafleet.consumer import ParallelConsumer
+    from kafleet.engine.handlers import batch_handler
+    from kafleet.engine.record import Record
     from kafleet.errors import (
         ConfigError,
         HandlerError,
@@ -25,23 +32,24 @@ if TYPE_CHECKING:
         KafleetError,
         OffsetError,
     )
-    from kafleet.record import Record
-    from kafleet.security import Security
+    from kafleet.share.share_consumer import ShareConsumer
 
 # Imported when first asked for, so ``kafleet sidecar`` does not load pydantic and librdkafka.
 _HOME = {
-    "ConsumerConfig": "kafleet.config",
-    "QueueBounds": "kafleet.config",
-    "RetryPolicy": "kafleet.config",
-    "load_config": "kafleet.config_loading",
+    "ConsumerConfig": "kafleet.config.model",
+    "QueueBounds": "kafleet.config.queue_bounds",
+    "RetryPolicy": "kafleet.config.retry_policy",
+    "load_config": "kafleet.config.loading",
     "ParallelConsumer": "kafleet.consumer",
+    "ShareConsumer": "kafleet.share.share_consumer",
     "ConfigError": "kafleet.errors",
     "HandlerError": "kafleet.errors",
     "KafkaClientError": "kafleet.errors",
     "KafleetError": "kafleet.errors",
     "OffsetError": "kafleet.errors",
-    "Record": "kafleet.record",
-    "Security": "kafleet.security",
+    "Record": "kafleet.engine.record",
+    "Security": "kafleet.config.security",
+    "batch_handler": "kafleet.engine.handlers",
 }
 
 
@@ -65,6 +73,8 @@ __all__ = [
     "Record",
     "RetryPolicy",
     "Security",
+    "ShareConsumer",
     "__version__",
+    "batch_handler",
     "load_config",
 ]

@@ -1,5 +1,5 @@
 """``python -m kafleet``: the same command line as the ``kafleet`` console script."""
 
-from kafleet.cli import main
+from kafleet.cli.main import main
 
 raise SystemExit(main())

@@ -9,6 +9,10 @@ state snapshot. Thin on purpose: the behaviour lives in the modules it wires.
     def handle(record):               # or: async def handle(record)
         return {"id": ...}            # rows for the Spark job (config.spark), or None
 
+    @kafleet.batch_handler            # or a batch at a time: the client's messages
+    def handle_batch(messages):       # (sync or async), one result per message or None
+        return [{"id": ...} for m in messages]
+
     with ParallelConsumer(load_config("worker.yaml"), handle) as consumer:
         consumer.wait()               # until stop() (or SIGTERM, in `kafleet worker`)
 """
@@ -22,20 +26,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kafleet import assessment
-from kafleet.batcher import BatchBounds
-from kafleet.config import ConsumerConfig
-from kafleet.dead_letter import DeadLetterWriter, ensure_topic
+from kafleet.config.model import ConsumerConfig
+from kafleet.engine.dead_letter import DeadLetterWriter, ensure_topic
+from kafleet.engine.executor import Executor, ResultSink, ResultsSink
+from kafleet.engine.handlers import Handler, TableRows
+from kafleet.engine.offsets import OffsetTracker
+from kafleet.engine.poller import Poller
+from kafleet.engine.rebalance import OffsetStore
+from kafleet.engine.record import of_message
+from kafleet.engine.runs import Run
+from kafleet.engine.work_queue import WorkQueues
 from kafleet.errors import ConfigError, FieldProblem
-from kafleet.executor import Executor, Handler, ResultSink
-from kafleet.offsets import OffsetTracker
-from kafleet.poller import Poller
-from kafleet.rebalance import OffsetStore
-from kafleet.shipping import Backoff, BatchWriter, Shipper
-from kafleet.spark_sink import Job, SparkSink
-from kafleet.state import Stats
-from kafleet.state_file import StatePublisher
-from kafleet.work_queue import WorkQueues
+from kafleet.health import assessment
+from kafleet.health.state import Stats
+from kafleet.health.state_file import StatePublisher
+from kafleet.spark.batcher import BatchBounds
+from kafleet.spark.shipping import Backoff, BatchWriter, Shipper
+from kafleet.spark.sink import Job, SparkSink
 
 
 class ParallelConsumer:
@@ -51,7 +58,12 @@ class ParallelConsumer:
     ) -> None:
         """``sink`` writes handler results in batches (default: a ``SparkSink`` when
         ``config.spark`` is set, running ``job`` if given); ``on_result`` is called with
-        every result instead, and commits do not wait for it."""
+        every result instead, and commits do not wait for it. A share group
+        (``group_type: share``) is consumed by ``ShareConsumer``."""
+        if config.group_type == "share":
+            raise ConfigError(
+                [FieldProblem("group_type", "share groups are consumed by kafleet.ShareConsumer")]
+            )
         if sink is None and config.spark is not None:
             sink = SparkSink(config.spark, config.group_id, job, config.idempotent_writes)
         if offset_store is None and isinstance(sink, SparkSink) and config.spark is not None:
@@ -74,8 +86,11 @@ class ParallelConsumer:
         self.offsets = OffsetTracker(gated=sink is not None and config.guarantee != "at-most-once")
         self.queues = WorkQueues(config.queue, config.ordering, config.concurrency)
         self.shipper = None if sink is None else _shipper(config, sink, self)
+        on_results: ResultsSink | None = None
         if self.shipper is not None:
-            on_result = self.shipper.add
+            on_results = self.shipper.add
+        elif on_result is not None:
+            on_results = partial(_each, on_result)
         self.dead_letters = (
             DeadLetterWriter(
                 _producer_config(config),
@@ -86,7 +101,7 @@ class ParallelConsumer:
             else None
         )
         self.executor = Executor(
-            handler, config, self.queues, self.offsets, self.stats, self.dead_letters, on_result
+            handler, config, self.queues, self.offsets, self.stats, self.dead_letters, on_results
         )
         self.poller = Poller(
             config,
@@ -142,6 +157,11 @@ class ParallelConsumer:
         if self.dead_letters is not None:
             self.dead_letters.close()
         return True
+
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped the consumer, if it stopped on an error."""
+        return self.poller.error
 
     def close(self, grace_s: float | None = None) -> None:
         self.stop(grace_s)
@@ -248,6 +268,14 @@ def _shipper(config: ConsumerConfig, sink: BatchWriter, parts: ParallelConsumer)
         writers = spark.writers
         backoff = Backoff(spark.retry_backoff_ms / 1000, spark.max_retry_backoff_ms / 1000)
     return Shipper(sink, bounds, parts.offsets, parts.queues, parts.stats, writers, backoff)
+
+
+def _each(on_result: ResultSink, run: Run, pairs: list[tuple[Any, Any]] | TableRows) -> None:
+    if isinstance(pairs, TableRows):  # a batch handler's table: each row as a dict
+        rows = pairs.table.to_pylist()
+        pairs = [(of_message(*run.tp, m), row) for m, row in zip(pairs.messages, rows, strict=True)]
+    for record, result in pairs:
+        on_result(record, result)
 
 
 def _producer_config(config: ConsumerConfig) -> dict[str, str | int | float | bool]:

@@ -7,16 +7,18 @@ tracker (a bug, never a user error); ``HandlerError`` names the record a handler
 ``ResultError`` names the record whose result a sink cannot take, and why; ``SinkError`` is
 a sink that cannot start or answer (Spark not reachable, no table, ...).
 
-Does not own: deciding what to do about an error (retry, dead-letter, stop); see ``retry.py``
-and ``executor.py``.
+Does not own: deciding what to do about an error (retry, dead-letter, stop); see
+``engine/retry.py`` and ``engine/failure_policy.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaError
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError
 
 
 class KafleetError(Exception):

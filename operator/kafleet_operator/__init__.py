@@ -1,8 +1,10 @@
 """kafleet_operator: the kopf operator that turns ConsumerGroup resources into worker fleets.
 
-This module is the public surface. The handlers, the pure builders (Deployment, ConfigMap,
-Service) and the scaling and tuning policies arrive in modules of their own; the consumer
-library they deploy lives in the ``kafleet`` package.
+This module is the public surface (the version). The layers, each importing only from those
+after it (``pyproject.toml``'s import contracts): ``main.py`` (``kafleet operator``),
+``handlers.py`` (the kopf handlers, shims only), ``reconcile`` (the passes, steps and writes),
+``reading`` (what it reads of Kafka, Secrets, pods and its watches) and ``policy`` (pure
+decisions). The consumer library the fleet runs is the ``kafleet`` package.
 """
 
 from __future__ import annotations

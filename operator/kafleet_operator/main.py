@@ -1,9 +1,10 @@
 """``kafleet operator``: run the operator (the same as ``kopf run -m kafleet_operator.handlers``).
 
 Owns: the command line (which namespaces to watch, the liveness endpoint, the kubeconfig, how
-to reach the sidecars) and starting kopf with the handlers registered. Does not own any
-behaviour of the handlers (``handlers.py``). kopf is imported only to run: ``kafleet worker``
-builds the same command line and should not pay for it.
+to reach the sidecars, where Kafka's Java client is for share groups' lag) and starting kopf
+with the handlers registered. Does not own any behaviour of the handlers (``handlers.py``).
+kopf is imported only to run: ``kafleet worker`` builds the same command line and should not
+pay for it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import argparse
 import logging
 import os
 import sys
+
+from kafleet.config.share import CLASSPATH_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how to reach a pod's sidecar; {pod_ip} and {pod} are filled in",
     )
     parser.add_argument("--interval-s", type=float, default=5.0, help="how often to observe")
+    parser.add_argument(
+        "--share-classpath",
+        default=os.environ.get(CLASSPATH_ENV) or None,
+        help="Kafka's Java client's jars (DIR/* or a ':' list; `kafleet share-jars DIR` fetches "
+        "them), with which share groups' lag is read (in a JVM of each cluster's reading "
+        f"process: Java 11+ and JPype needed); default: ${CLASSPATH_ENV} (the kafleet-spark "
+        "image sets it)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
 
 
@@ -52,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         from kubernetes.config import kube_config
 
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
-    from kafleet_operator import metrics
+    from kafleet_operator.reconcile import metrics
 
     try:
         address = metrics.parse_address(args.metrics_address)
@@ -63,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     os.environ["KAFLEET_OPERATOR_SIDECAR_URL"] = args.sidecar_url
     os.environ["KAFLEET_OPERATOR_INTERVAL_S"] = str(args.interval_s)
+    if args.share_classpath:  # the reading processes (spawned) take it from there
+        os.environ[CLASSPATH_ENV] = args.share_classpath
     import kopf
 
     from kafleet_operator import handlers  # registers the handlers, with the settings above

@@ -113,3 +113,24 @@ def test_a_bad_environment_variable_names_the_field(tmp_path: Path) -> None:
     run = kafleet_worker(tmp_path, "--config", str(path), env={"KAFLEET_QUEUE": "{not json"})
 
     assert_clean_config_error(run, "queue", "KAFLEET_QUEUE")
+
+
+@pytest.mark.parametrize(
+    ("before", "now"),
+    [
+        ("kafleet.config_doc", "kafleet.config.doc"),
+        ("kafleet.metrics", "kafleet.sidecar.metrics"),
+        ("kafleet_operator.crd", "kafleet_operator.policy.crd"),
+    ],
+)
+def test_the_commands_readme_gave_before_the_packages_print_what_they_print_now(
+    before: str, now: str
+) -> None:
+    def output(module: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", module], capture_output=True, text=True, cwd=REPO, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert output(before) == output(now) != ""

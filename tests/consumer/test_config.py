@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from kafleet.config import ConsumerConfig
-from kafleet.config_doc import markdown
-from kafleet.config_loading import load_config
+from kafleet.cli.live_config import config_changes
+from kafleet.config.doc import markdown
+from kafleet.config.loading import load_config
+from kafleet.config.model import ConsumerConfig
 from kafleet.errors import ConfigError
-from kafleet.live_config import config_changes
 
 BASE = {"bootstrap_servers": "localhost:9092", "group_id": "billing", "topics": ["orders"]}
 
@@ -143,7 +143,7 @@ def test_the_readme_documents_every_configuration_field_as_generated() -> None:
 def test_the_worker_takes_no_secret_on_its_command_line() -> None:
     import argparse
 
-    from kafleet.worker import add_arguments
+    from kafleet.cli.worker import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

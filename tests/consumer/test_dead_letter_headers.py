@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kafleet.dead_letter import dead_letter_headers
-from kafleet.record import Record
+from kafleet.engine.dead_letter import dead_letter_headers
+from kafleet.engine.record import Record
 
 
 def test_headers_name_the_error_attempts_and_origin_after_the_records_own() -> None:

@@ -14,8 +14,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from kafleet import ParallelConsumer, Record, dead_letter
-from kafleet.dead_letter import dead_letter_partitions
+from kafleet import ParallelConsumer, Record
+from kafleet.engine import dead_letter
+from kafleet.engine.dead_letter import dead_letter_partitions
 from kafleet.errors import ConfigError
 from tests.conftest import REPO, ConfigFactory, TopicFactory
 from tests.infra import kafka as kafka_infra

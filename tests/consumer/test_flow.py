@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kafleet import ParallelConsumer, Record, load_config
-from kafleet.live_config import ConfigWatcher
+from kafleet.cli.live_config import ConfigWatcher
 from tests.conftest import ConfigFactory, TopicFactory
 from tests.consumer.conftest import Journal
 from tests.infra.records import ProduceReport

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafleet.lag import LagWindow, Sample, judge
+from kafleet.sidecar.lag import LagWindow, Sample, judge
 
 
 def window(*points: tuple[int, int], every: float = 10.0) -> list[Sample]:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from kafleet import ParallelConsumer, load_config
-from kafleet.live_config import ConfigWatcher
-from kafleet.state_file import read_json
+from kafleet.cli.live_config import ConfigWatcher
+from kafleet.health.state_file import read_json
 from tests.conftest import TopicFactory
 from tests.infra.records import ProduceReport
 from tests.infra.waiting import wait_until

@@ -12,51 +12,26 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kafleet import load_config
-from kafleet.offsets import OffsetTracker
-from kafleet.poller import Poller
-from kafleet.state import Stats
-from kafleet.work_queue import WorkQueues
+from kafleet.engine.offsets import OffsetTracker
+from kafleet.engine.poller import Poller
+from kafleet.engine.work_queue import WorkQueues
+from kafleet.health.state import Stats
 
 TP0 = ("t", 0)
 
 
-class FakeMessage:
-    def __init__(self, partition: int, offset: int) -> None:
-        self._partition, self._offset = partition, offset
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return b"k"
-
-    def value(self) -> bytes:
-        return b"v"
-
-    def headers(self) -> None:
-        return None
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, 0)
+def FakeMessage(partition: int, offset: int) -> Message:  # noqa: N802 - stands for a class
+    return Message(topic="t", partition=partition, offset=offset, key=b"k", value=b"v")
 
 
 class FakeConsumer:
     """Hands out the offsets it is given; synchronous commits fail ``failing_commits`` times."""
 
     def __init__(self) -> None:
-        self.deliveries: list[list[FakeMessage]] = []
+        self.deliveries: list[list[Message]] = []
         self.failing_commits = 0
         self.commits: list[dict[tuple[str, int], int]] = []
         self.async_commits: list[dict[tuple[str, int], int]] = []
@@ -67,8 +42,8 @@ class FakeConsumer:
         more than it is asked for, and at most what was delivered before it."""
         self.deliveries.append([FakeMessage(partition, o) for o in offsets])
 
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
-        batch: list[FakeMessage] = []
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        batch: list[Message] = []
         while self.deliveries and len(batch) < num_messages:
             head = self.deliveries[0]
             count = num_messages - len(batch)
@@ -147,7 +122,9 @@ def test_at_most_once_hands_no_record_over_until_a_commit_covering_it_is_acknowl
 
 def start(queues: WorkQueues, count: int) -> None:
     """Handlers take ``count`` records of partition 0 (they are started, not finished)."""
-    assert len(queues.take(timeout=0, max_run=count)) == count
+    run = queues.take(timeout=0, max_run=count)
+    assert run is not None
+    assert len(run) == count
 
 
 def test_at_most_once_records_waiting_for_their_commit_are_left_to_the_next_owner() -> None:
@@ -178,7 +155,8 @@ def test_an_offset_that_goes_back_restarts_the_partitions_tracking(guarantee: st
     assert stats.offset_rewinds == 1
     assert queued(queues) == 5, "the old run's queued records were not dropped"
     first = queues.take(timeout=0)
-    assert [r.offset for r in first] == [40]
+    assert first is not None
+    assert [m.offset() for m in first.messages] == [40]
     # What may be committed starts again at 40 (at most once, the records are done on intake).
     assert p.offsets.handled(TP0) == (40 if guarantee == "at-least-once" else 45)
 
@@ -245,8 +223,9 @@ def test_a_paused_partition_whose_offsets_go_back_is_resumed_at_the_client() -> 
     p._poll_once()
     p._poll_once()  # 20 queued: partition 0 is paused, at the client too
     assert TP0 in consumer.paused
-    for record in queues.take(timeout=0, max_run=15):  # 15 handled: 5 still queued
-        queues.complete(record)
+    run = queues.take(timeout=0, max_run=15)  # 15 handled: 5 still queued
+    assert run is not None
+    queues.finish(run)
     queues.release()
     consumer.deliver(0, range(10))  # after a truncation: the offsets went back
 
@@ -255,3 +234,51 @@ def test_a_paused_partition_whose_offsets_go_back_is_resumed_at_the_client() -> 
     assert p.stats.offset_rewinds == 1
     assert not queues.is_paused(TP0)
     assert TP0 not in consumer.paused, "the client kept the pause of a partition started afresh"
+
+
+class SeekingConsumer(FakeConsumer):
+    """Knows each partition's position (42, or none for partition 3) and records seeks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seeks: list[tuple[str, int, int]] = []
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [
+            TopicPartition(tp.topic, tp.partition, -1001 if tp.partition == 3 else 42)
+            for tp in partitions
+        ]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+
+@pytest.mark.parametrize(
+    ("others_fetching", "seeks"),
+    [(True, []), (False, [("t", 0, 42)])],
+)
+def test_a_resumed_partition_is_sought_to_its_position_only_when_nothing_else_fetches(
+    others_fetching: bool, seeks: list[tuple[str, int, int]]
+) -> None:
+    """librdkafka's broker thread picks a resumed partition up at its next wake-up, up to a
+    second later when nothing else fetches; a seek to where it resumes starts it at once."""
+    consumer = SeekingConsumer()
+    p, queues, stats = poller("at-least-once", consumer)
+    queues.is_paused = lambda tp: tp != TP0 and not others_fetching  # type: ignore[method-assign]
+    consumer.paused = {("t", n) for n in range(4)}
+
+    p._resume([TP0])
+
+    assert TP0 not in consumer.paused
+    assert consumer.seeks == seeks
+    assert stats.resumes == 1
+
+
+def test_a_resumed_partition_with_no_position_yet_is_not_sought() -> None:
+    consumer = SeekingConsumer()
+    p, queues, _ = poller("at-least-once", consumer)
+    queues.is_paused = lambda tp: tp not in {("t", 3)}  # type: ignore[method-assign]
+
+    p._resume([("t", 3)])
+
+    assert consumer.seeks == []

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafleet.config import RetryPolicy
-from kafleet.retry import backoff_s, schedule_s, should_retry
+from kafleet.config.retry_policy import RetryPolicy
+from kafleet.engine.retry import backoff_s, schedule_s, should_retry
 
 
 def test_waits_grow_by_the_multiplier_and_stop_at_the_cap_without_jitter() -> None:

@@ -27,6 +27,7 @@ from tests.e2e import monitors
 from tests.e2e.fleet import Cluster, Images
 from tests.infra import prometheus
 from tests.infra.kafka import KafkaBroker
+from tests.infra.node import RealNode
 
 # A user's own cluster instead of the test bed's (make kind-e2e), and how its pods reach the
 # host's test broker.
@@ -60,7 +61,7 @@ def fleet_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         return
     from tests.infra import images
 
-    request.getfixturevalue("real_node")
+    node: RealNode = request.getfixturevalue("real_node")
     k8s: K8s = request.getfixturevalue("k8s")
     yield Cluster(
         k8s.kubeconfig,
@@ -72,6 +73,7 @@ def fleet_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             "Never",
         ),
         placement=ON_REAL_NODE,
+        standing=node.standing,
     )
 
 

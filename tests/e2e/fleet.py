@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -43,6 +43,7 @@ class Cluster:
     kubeconfig: Path
     images: Images
     placement: dict[str, Any]
+    standing: Callable[[], str] = lambda: ""  # what stands in the way of pods on its nodes
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         try:
@@ -67,7 +68,7 @@ class Cluster:
         try:
             return k8s.helm(self.kubeconfig, *args)
         except TestbedError as exc:
-            raise AssertionError(str(exc)) from None
+            raise AssertionError(f"{exc}\n{self.standing()}") from None
 
 
 def produce_orders(kafka: str, topic: str, first: int, count: int) -> set[int]:
@@ -125,8 +126,35 @@ def wait_pods_ready(cluster: Cluster, namespace: str, group: str, count: int) ->
             for p in live
         )
 
-    wait_until(ready, 240, f"{count} Ready pods of {group}", every=1)
+    try:
+        wait_until(ready, 240, f"{count} Ready pods of {group}", every=1)
+    except AssertionError as exc:  # say where each pod stands
+        found = _standing(pods(cluster, namespace, group))
+        raise AssertionError(f"{exc}: {found}\n{cluster.standing()}") from None
     return sorted(p["metadata"]["name"] for p in pods(cluster, namespace, group))
+
+
+def _standing(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each pod's phase, conditions that are not true and its containers' states."""
+    return [
+        {
+            "pod": p["metadata"]["name"],
+            "phase": p["status"].get("phase"),
+            "conditions": [
+                (c["type"], c.get("reason"), c.get("message"))
+                for c in p["status"].get("conditions", [])
+                if c["status"] != "True"
+            ],
+            "containers": {
+                c["name"]: (c.get("restartCount"), c.get("state"), c.get("lastState"))
+                for c in [
+                    *p["status"].get("initContainerStatuses", []),
+                    *p["status"].get("containerStatuses", []),
+                ]
+            },
+        }
+        for p in found
+    ]
 
 
 def logs(cluster: Cluster, namespace: str, pod: str, container: str = "worker") -> str:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from kafleet.metrics import METRICS
-from kafleet_operator import metrics as operator_metrics
+from kafleet.sidecar.metrics import METRICS
+from kafleet_operator.reconcile import metrics as operator_metrics
 from tests.e2e.conftest import Release
 from tests.e2e.fleet import Cluster, apply, consumer_group, lag, wait_pods_ready
 from tests.e2e.load import produce, topics, worker_env
@@ -26,6 +26,8 @@ pytestmark = pytest.mark.timeout(900)
 PARTITIONS = 4
 # Sidecar families that have series only with a sink (Spark): this group has none.
 SINK_ONLY = {"partition_held_records"} | {n for n, *_ in METRICS if n.startswith("sink_")}
+# Families of share groups only (group_type: share): this group is a consumer group.
+SHARE_ONLY = {n for n, *_ in METRICS if n.startswith("share_")}
 # What a family's samples are named: gauges as the family, counters with _total, histograms
 # and summaries with _bucket, _count, _sum.
 SUFFIXES = ("", "_total", "_bucket", "_count", "_sum", "_info")
@@ -99,7 +101,7 @@ def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_s
 
     # Every family has series: the sidecars' (but the sink's: this group has none) and the
     # operator's.
-    families = {f"kafleet_{n}" for n, *_ in METRICS if n not in SINK_ONLY}
+    families = {f"kafleet_{n}" for n, *_ in METRICS if n not in SINK_ONLY | SHARE_ONLY}
     revoked = _value(fleet_prometheus, f'sum(kafleet_partitions_revoked_total{{group="{name}"}})')
     if not revoked:  # both workers joined at once: no revoke, so no last drain to show
         families.discard("kafleet_last_revoke_drain_seconds")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from confluent_kafka import Producer
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.conftest import TopicFactory
 from tests.infra import spark as spark_infra
@@ -121,3 +123,29 @@ def test_the_example_worker_config_bills_orders_and_parks_a_bad_one(
 
     assert code == 0, log.read_text()[-3000:]
     assert "stopped cleanly" in log.read_text()
+
+
+class _LeaderComingUp:
+    """A consumer whose partition answers NOT_LEADER_FOR_PARTITION twice, as a new topic's
+    partition does while its broker takes the lead, then its end offset."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        self.asked += 1
+        if self.asked <= 2:
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return 0, 41
+
+
+def test_the_roundtrip_example_waits_out_a_partition_whose_leader_is_still_coming_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    sys.modules.pop("roundtrip", None)
+    roundtrip = importlib.import_module("roundtrip")
+    consumer = _LeaderComingUp()
+
+    assert roundtrip.end_offsets(consumer, "t", [0]) == {0: 41}
+    assert consumer.asked == 3

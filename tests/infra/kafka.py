@@ -308,6 +308,13 @@ class KafkaBroker:
             "group.initial.rebalance.delay.ms": 0,
             "group.consumer.heartbeat.interval.ms": 1000,
             "group.consumer.min.heartbeat.interval.ms": 1000,
+            # Share groups the same, and a killed member's session ends in 6 s, not 45 s; a
+            # group may lock records for 1 s (tests of lock expiry), not 15 s at least.
+            "group.share.heartbeat.interval.ms": 1000,
+            "group.share.min.heartbeat.interval.ms": 1000,
+            "group.share.session.timeout.ms": 6000,
+            "group.share.min.session.timeout.ms": 6000,
+            "group.share.min.record.lock.duration.ms": 1000,
             # Tests create their topics explicitly; a typo must not create a new topic silently.
             "auto.create.topics.enable": "false",
             "num.partitions": 1,

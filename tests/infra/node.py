@@ -52,6 +52,9 @@ CACHE = node_images.CACHE
 DEV_WORKDIR = CACHE / "dev"
 START_TIMEOUT_S = 120.0
 IP_FORWARD = "net/ipv4/ip_forward"  # the CNI bridge sets it; the only machine-wide setting
+# What a session's node takes on disk: containerd's copy of the images (about 3 GB unpacked),
+# the pods' logs and writable layers, with room to spare.
+MIN_FREE_GB = 4.0
 
 
 @dataclass
@@ -102,6 +105,14 @@ class RealNode:
                 f"another real node runs on this machine (its holder has {MACHINE_LOCK}), "
                 "maybe from another checkout: there can be one per machine; stop it first"
             )
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        free_gb = shutil.disk_usage(self.workdir).free / 1e9
+        if free_gb < MIN_FREE_GB:
+            raise TestbedError(
+                f"the real node needs {MIN_FREE_GB:.0f} GB free for its images and pods, and "
+                f"{self.workdir}'s disk has {free_gb:.1f} GB: free some space (old clones and "
+                "their .cache, `go clean -cache`) and run again"
+            )
         bin_dir = k8s_build.build()
         pause = node_images.pause_image()
         # The kubelet serves (anonymous, AlwaysAllow: the test bed's apiserver sends no client
@@ -129,12 +140,14 @@ class RealNode:
                 "its socket",
                 deadline,
             )
+            self._check_private("containerd")
             self.load_images({node_runtime.PAUSE_IMAGE: pause})  # before any sandbox
             kubelet = node_runtime.kubelet_command(bin_dir, layout, self.kubeconfig, ip)
             self._spawn("kubelet", self._in_namespace(*kubelet))
             self.proxy_started = True
             self._spawn("kube-proxy", node_runtime.kube_proxy_command(bin_dir, layout))
             self._wait(self._node_ready, "kubelet", f"node {NODE_NAME} to be Ready", deadline)
+            self._check_private("kubelet")  # long in it by now (nsenter's setns comes first)
             self.ready_s = time.monotonic() - started
             self._wait(
                 lambda: node_host.service_routed(node_runtime.SERVICE_IP),
@@ -155,6 +168,24 @@ class RealNode:
     def _in_namespace(self, *cmd: str) -> list[str]:
         return ["nsenter", "-t", str(self.pids["holder"]), "-m", "--", *cmd]
 
+    def _check_private(self, component: str) -> None:
+        """``component`` runs in the holder's mount namespace, where the run folder is bound
+        over the host's fixed paths; else its shims and CNI results would land on the host."""
+        holder, pid = self.pids["holder"], self.pids[component]
+        try:
+            ours, theirs = (os.readlink(f"/proc/{p}/ns/mnt") for p in (holder, pid))
+            info = Path(f"/proc/{holder}/mountinfo").read_text()
+            mounted = {line.split()[4] for line in info.splitlines()}
+        except OSError as exc:
+            raise TestbedError(f"{component} or the holder exited while starting: {exc}") from None
+        missing = [str(t) for _, t in self.layout.bind_mounts() if str(t) not in mounted]
+        if theirs != ours or ours == os.readlink("/proc/self/ns/mnt") or missing:
+            raise TestbedError(
+                f"{component} is not in the node's private mount namespace ({theirs}; the "
+                f"holder's {ours}; not bound there: {missing or 'none'}): its files would land "
+                f"on the host; {self.tail('holder')}"
+            )
+
     def _spawn(self, component: str, cmd: list[str]) -> None:
         self.pids[component] = processes.spawn(cmd, self.layout.log(component))
         self._save()
@@ -173,6 +204,29 @@ class RealNode:
         out = self.kubectl("get", "node", NODE_NAME, "-o", "json", "--ignore-not-found")
         conditions = json.loads(out)["status"].get("conditions", []) if out.strip() else []
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    def standing(self) -> str:
+        """Why pods may not land or start here: the node's taints other than its own, its
+        conditions that are not as they should be, and the free disk; "as it should be" else."""
+        out = self.kubectl(
+            "get", "node", NODE_NAME, "-o", "json", "--ignore-not-found", check=False
+        )
+        if not out.strip().startswith("{"):
+            return f"node {NODE_NAME} is not registered: {out.strip()[:500]}"
+        node = json.loads(out)
+        wrong = [
+            f"taint {t['key']}={t.get('value', '')}:{t['effect']}"
+            for t in node["spec"].get("taints", [])
+            if t["key"] != node_runtime.REAL_NODE_LABEL
+        ]
+        wrong += [
+            f"{c['type']}={c['status']} ({c.get('reason', '')}: {c.get('message', '')})"
+            for c in node["status"].get("conditions", [])
+            if (c["status"] == "True") != (c["type"] == "Ready")
+        ]
+        free_gb = shutil.disk_usage(self.workdir).free / 1e9
+        wrong += [f"{free_gb:.1f} GB free on disk"] if free_gb < MIN_FREE_GB else []
+        return f"node {NODE_NAME}: " + ("; ".join(wrong) if wrong else "as it should be")
 
     def tail(self, component: str, lines: int = 25) -> str:
         log = self.layout.log(component)

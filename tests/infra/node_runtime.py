@@ -174,11 +174,17 @@ def kubelet_config(layout: NodeLayout, node_ip: str, healthz_port: int) -> str:
         "volumePluginDir": str(layout.root / "volume-plugins"),  # else /usr/libexec/kubernetes
         "failSwapOn": False,
         "syncFrequency": "10s",  # ConfigMap updates reach pods within ~10 s, not ~60-90 s
+        # No disk pressure, ever: its thresholds are shares of the whole disk (1 % of a 250 GB
+        # disk is 2.5 GB free), and under disk pressure the kubelet taints the node (no pod is
+        # scheduled) and deletes every unused image, which cannot be pulled back here. "0%"
+        # switches a threshold off (kubelet's eviction helpers); a full disk fails as ENOSPC,
+        # and RealNode.start refuses to start with too little free space.
         "evictionHard": {
             "memory.available": "100Mi",
-            "nodefs.available": "1%",
-            "imagefs.available": "1%",
-            "nodefs.inodesFree": "1%",
+            "nodefs.available": "0%",
+            "nodefs.inodesFree": "0%",
+            "imagefs.available": "0%",
+            "imagefs.inodesFree": "0%",
         },
         "imageGCHighThresholdPercent": 100,  # imported images cannot be pulled back
         "imageGCLowThresholdPercent": 99,

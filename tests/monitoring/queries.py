@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from kafleet.metrics import METRICS
-from kafleet_operator import metrics as operator_metrics
+from kafleet.sidecar.metrics import METRICS
+from kafleet_operator.reconcile import metrics as operator_metrics
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "kafleet"
 DASHBOARDS = sorted((CHART / "dashboards").glob("*.json"))

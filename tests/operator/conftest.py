@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,17 @@ def crd(k8s: K8s) -> str:
 
 
 class Operator:
-    def __init__(self, k8s: K8s, namespace: str, log: Path, sidecar_url: str) -> None:
+    def __init__(
+        self,
+        k8s: K8s,
+        namespace: str,
+        log: Path,
+        sidecar_url: str,
+        args: Sequence[str] = (),
+        env: Mapping[str, str | None] | None = None,
+    ) -> None:
         self.k8s, self.namespace, self.log, self.sidecar_url = k8s, namespace, log, sidecar_url
+        self.args, self.env = list(args), dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.liveness = free_port()
         self.metrics_port = free_port()
@@ -68,9 +77,17 @@ class Operator:
             f"http://127.0.0.1:{self.liveness}/healthz",
             "--metrics-address",
             f"127.0.0.1:{self.metrics_port}",
+            *self.args,
         ]
+        env = {**os.environ, **self.env}  # a variable given None is left out
         out = open(self.log, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={k: v for k, v in env.items() if v is not None},
+        )
         return self
 
     def metric(self, name: str, **labels: str) -> float | None:
@@ -99,11 +116,18 @@ class Operator:
 def operator(
     k8s: K8s, crd: str, namespace: str, tmp_path: Path
 ) -> Iterator[Callable[..., Operator]]:
-    """``operator(sidecar_url=...)``: a real operator process watching the test's namespace."""
+    """``operator(sidecar_url=..., args=[...], env={...})``: a real operator process watching
+    the test's namespace (``args``: more flags; ``env``: variables over the test's, None
+    leaving one out)."""
     started: list[Operator] = []
 
-    def start(sidecar_url: str = "http://{pod_ip}:8080") -> Operator:
-        op = Operator(k8s, namespace, tmp_path / f"operator-{len(started)}.log", sidecar_url)
+    def start(
+        sidecar_url: str = "http://{pod_ip}:8080",
+        args: Sequence[str] = (),
+        env: Mapping[str, str | None] | None = None,
+    ) -> Operator:
+        log = tmp_path / f"operator-{len(started)}.log"
+        op = Operator(k8s, namespace, log, sidecar_url, args, env)
         started.append(op.start())
         return op
 

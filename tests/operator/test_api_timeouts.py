@@ -13,7 +13,7 @@ import pytest
 import urllib3
 from kubernetes import client as k8s
 
-from kafleet_operator import kube
+from kafleet_operator.reconcile import kube
 
 
 @pytest.fixture

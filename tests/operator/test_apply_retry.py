@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafleet_operator.handlers import APPLY_BACKOFF_S, apply_retry_delay
+from kafleet_operator.policy.apply_retry import APPLY_BACKOFF_S, apply_retry_delay
 
 FIRST, MOST = APPLY_BACKOFF_S
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafleet_operator import histories, scaling
-from kafleet_operator.autopilot import Autoscaling, Fallback
+from kafleet_operator.policy import histories, scaling
+from kafleet_operator.policy.autopilot import Autoscaling, Fallback
 
 
 def test_being_behind_in_time_asks_what_the_measured_rates_need() -> None:

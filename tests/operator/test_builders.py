@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from kafleet.errors import ConfigError
-from kafleet_operator import builders, crd
-from kafleet_operator.spec import parse_spec
+from kafleet_operator.policy import builders, crd, pod_spec
+from kafleet_operator.policy.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 OWNER = {
@@ -32,13 +32,13 @@ def example_spec() -> dict[str, Any]:
 def test_the_committed_crd_is_what_the_models_generate() -> None:
     committed = (REPO / "crds" / "consumergroups.kafleet.io.yaml").read_text()
 
-    assert committed == crd.render(), "run: python -m kafleet_operator.crd > crds/..."
+    assert committed == crd.render(), "run: python -m kafleet_operator.policy.crd > crds/..."
     chart_copy = REPO / "charts" / "kafleet" / "files" / "consumergroups.kafleet.io.yaml"
     assert chart_copy.read_text() == committed, "copy crds/ into charts/kafleet/files/"
 
 
 def test_every_worker_field_is_in_the_crd_except_those_the_operator_sets() -> None:
-    from kafleet.config import ConsumerConfig
+    from kafleet.config.model import ConsumerConfig
 
     properties = crd.spec_schema()["properties"]
 
@@ -191,7 +191,7 @@ def test_members_are_dynamic_unless_static_membership_is_asked_for() -> None:
 def test_the_worker_reads_the_pods_name_as_its_group_instance_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kafleet.config_loading import load_config
+    from kafleet.config.loading import load_config
 
     parsed = parse_spec(example_spec())
     file = tmp_path / "worker.yaml"
@@ -301,7 +301,7 @@ def test_a_pod_templates_volumes_are_added_to_the_operators_and_mounted_in_the_w
     assert worker["envFrom"] == [{"secretRef": {"name": "handler-keys"}}]
     assert sidecar["env"] == [{"name": "LOG_LEVEL", "value": "debug"}]
     assert [m["name"] for m in sidecar["volumeMounts"]] == ["state"]
-    assert pod["securityContext"]["runAsUser"] == builders.IMAGE_USER
+    assert pod["securityContext"]["runAsUser"] == pod_spec.IMAGE_USER
 
 
 def test_a_pod_template_of_placement_and_metadata_as_before_is_merged_into_the_pods() -> None:
@@ -413,7 +413,7 @@ def test_a_worker_with_no_requests_gets_the_defaults_and_given_ones_are_kept() -
         (worker,) = _pod(resources=given)["spec"]["containers"]
         return worker["resources"]
 
-    assert resources({}) == {"requests": builders.DEFAULT_REQUESTS}
+    assert resources({}) == {"requests": pod_spec.DEFAULT_REQUESTS}
     # A limit alone is also the request (Kubernetes' rule): no default beside it.
     assert resources({"limits": {"memory": "1Gi"}}) == {
         "limits": {"memory": "1Gi"},

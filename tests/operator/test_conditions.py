@@ -6,8 +6,8 @@ its status stays."""
 
 from __future__ import annotations
 
-from kafleet_operator.conditions import Facts, condition, judge, merged, rollout
-from kafleet_operator.pause import Pause, read
+from kafleet_operator.policy.conditions import Facts, condition, judge, merged, rollout
+from kafleet_operator.policy.pause import Pause, read
 
 
 def by_type(facts: Facts) -> dict[str, dict[str, object]]:

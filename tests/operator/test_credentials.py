@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from kafleet_operator.credentials import Credentials, CredentialsError, resolve
-from kafleet_operator.spec import KafkaSecurity, SecretKeyRef
+from kafleet_operator.policy.spec import KafkaSecurity, SecretKeyRef
+from kafleet_operator.reading.credentials import Credentials, CredentialsError, resolve
 
 NAMESPACE = "orders"
 

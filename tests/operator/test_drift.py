@@ -13,8 +13,10 @@ import kopf
 import pytest
 import yaml
 
-from kafleet_operator import builders, kube, owned, pause, watched
-from kafleet_operator.spec import ParsedSpec, parse_spec
+from kafleet_operator.policy import builders, pause
+from kafleet_operator.policy.spec import ParsedSpec, parse_spec
+from kafleet_operator.reading import watched
+from kafleet_operator.reconcile import kube, owned
 
 REPO = Path(__file__).resolve().parents[2]
 OWNER = {

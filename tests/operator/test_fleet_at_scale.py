@@ -15,7 +15,8 @@ import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from kafleet_operator.clusters import TIMEOUT_S
+from kafleet_operator.policy.tuning import APPLY_TIMEOUT_S
+from kafleet_operator.reading.clusters import TIMEOUT_S
 from tests.conftest import K8s
 from tests.infra.kafka import free_port
 from tests.infra.records import ProduceReport
@@ -71,6 +72,7 @@ def readers(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.timeout(900)  # a busy machine: settling and resting may take minutes
 def test_two_hundred_groups_share_one_kafka_client_write_nothing_at_rest_and_scale_on_time(
     k8s: K8s,
     namespace: str,
@@ -98,9 +100,13 @@ def test_two_hundred_groups_share_one_kafka_client_write_nothing_at_rest_and_sca
     def settled() -> bool:
         found = groups(k8s, namespace)
         ready = [n for n, g in found.items() if condition(g, "Ready").get("status") == "True"]
-        return len(found) == GROUPS + UNREACHABLE and len(ready) >= GROUPS
+        down = [n for n in found if n.startswith("down")]
+        judged = all(condition(found[n], "Degraded").get("reason") for n in down)
+        return len(found) == GROUPS + UNREACHABLE and len(ready) >= GROUPS and judged
 
-    wait_until(settled, 240, f"{GROUPS} groups Ready", every=2)
+    # The unreachable cluster's groups are judged after their connection attempts time out,
+    # which on a busy machine may come after the others are Ready.
+    wait_until(settled, 240, f"{GROUPS} groups Ready and the unreachable ones judged", every=2)
 
     found = groups(k8s, namespace)
     for n in range(UNREACHABLE):
@@ -113,12 +119,18 @@ def test_two_hundred_groups_share_one_kafka_client_write_nothing_at_rest_and_sca
     assert running.metric("kafleet_operator_kafka_clusters") == 2  # the broker, and nowhere
     assert len(readers(running.proc.pid)) == 2  # one reading process per cluster
 
-    def quiet() -> bool:  # at rest: no status written while every cluster was read again
+    def quiet() -> bool:  # at rest: no status written while every cluster was read again,
+        # and no tuning step still on its way (its status changes once its pods report it, or
+        # once tuning.APPLY_TIMEOUT_S has passed: later than the window below on a busy machine)
         first = running.metric("kafleet_operator_status_writes_total")
         time.sleep(TIMEOUT_S + 2 * INTERVAL_S)  # the cluster that is down answers this late
-        return running.metric("kafleet_operator_status_writes_total") == first
+        pending = [
+            n for n, g in groups(k8s, namespace).items()
+            if (g.get("status", {}).get("tuning") or {}).get("pending")
+        ]  # fmt: skip
+        return not pending and running.metric("kafleet_operator_status_writes_total") == first
 
-    wait_until(quiet, 180, "the fleet at rest", every=0.1)
+    wait_until(quiet, 180 + APPLY_TIMEOUT_S, "the fleet at rest", every=0.1)
     before, statuses = apiserver_writes(k8s), groups(k8s, namespace)
     time.sleep(10 * INTERVAL_S)
     after, changed = apiserver_writes(k8s), groups(k8s, namespace)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from kafleet.security import Security
-from kafleet_operator import clusters, lag_reader, readers
+from kafleet.config.security import Security
+from kafleet_operator.reading import clusters, lag_reader, readers, snapshots
 from tests.conftest import TopicFactory
 from tests.infra.kafka import SaslListener
 from tests.infra.records import ProduceReport
@@ -39,7 +39,7 @@ def commit(properties: dict[str, str], group: str, topic: str, offsets: dict[int
 
 
 def reader(bootstrap: str, security: Security) -> readers.Reader:
-    return readers.Reader(clusters.Target(bootstrap, security, clusters.Want("")))
+    return readers.Reader(snapshots.Target(bootstrap, security, snapshots.Want("")))
 
 
 def test_lag_is_read_over_sasl_with_the_groups_credentials(
@@ -52,7 +52,7 @@ def test_lag_is_read_over_sasl_with_the_groups_credentials(
     produce(topic, 30, partition=0)
     produce(topic, 20, partition=1)
     commit(kafka_sasl.properties(), group, topic, {0: 25})
-    want = clusters.Want(group, (topic,))
+    want = snapshots.Want(group, (topic,))
 
     child = reader(kafka_sasl.bootstrap, scram(kafka_sasl))
     try:
@@ -60,7 +60,7 @@ def test_lag_is_read_over_sasl_with_the_groups_credentials(
     finally:
         child.close()
 
-    assert isinstance(snapshot, clusters.Snapshot)
+    assert isinstance(snapshot, snapshots.Snapshot)
     reading = lag_reader.lag_of(snapshot, want)
     assert reading.committed == {(topic, 0): 25, (topic, 1): None}
     assert reading.ends == {(topic, 0): 30, (topic, 1): 20}
@@ -79,7 +79,7 @@ def test_one_read_serves_every_group_of_the_cluster(
         produce(topic, 40)
         group = group_id()
         commit({"bootstrap.servers": kafka}, group, topic, dict.fromkeys(range(4), n))
-        wants.append(clusters.Want(group, (topic,)))
+        wants.append(snapshots.Want(group, (topic,)))
     view = clusters.View(kafka, Security())
 
     snapshot = view.read(wants)
@@ -112,7 +112,7 @@ def test_a_caught_up_group_is_not_asked_again_until_its_log_ends_move(
     topic, group = topic_factory(partitions=2), group_id()
     produce(topic, 20, partition=0)
     commit({"bootstrap.servers": kafka}, group, topic, {0: 20, 1: 0})
-    want = clusters.Want(group, (topic,))
+    want = snapshots.Want(group, (topic,))
     view = CountingView(kafka, Security())
 
     first = lag_reader.lag_of(view.read([want]), want)
@@ -134,7 +134,7 @@ def test_a_wrong_password_is_an_authentication_error_before_the_timeout(
     child = reader(kafka_sasl.bootstrap, scram(kafka_sasl, "wrong"))
     started = time.monotonic()
     try:
-        found = child.read([clusters.Want(group_id(), (topic,))])
+        found = child.read([snapshots.Want(group_id(), (topic,))])
     finally:
         child.close()
 
@@ -152,10 +152,10 @@ def test_a_reading_process_that_dies_is_replaced_and_the_read_asked_again_at_onc
 ) -> None:
     """librdkafka#5040: an admin client's OffsetFetch that answers NOT_COORDINATOR crashes the
     process. The operator's own process must not be the one, and the pass is not lost."""
-    want = clusters.Want(group_id(), (topic_factory(partitions=1),))
+    want = snapshots.Want(group_id(), (topic_factory(partitions=1),))
     child = reader(kafka, Security())
     try:
-        assert isinstance(child.read([want]), clusters.Snapshot)
+        assert isinstance(child.read([want]), snapshots.Snapshot)
         first = child.process
         first.kill()  # as a segfault would
         first.join(5)
@@ -164,7 +164,7 @@ def test_a_reading_process_that_dies_is_replaced_and_the_read_asked_again_at_onc
     finally:
         child.close()
 
-    assert isinstance(again, clusters.Snapshot)
+    assert isinstance(again, snapshots.Snapshot)
     assert child.process is None or child.process is not first
 
 
@@ -174,7 +174,7 @@ def test_a_client_that_cannot_be_made_says_why_at_each_read() -> None:
     security = Security(protocol="SSL", ssl_ca_location="/nonexistent/ca.pem")
     child = reader("127.0.0.1:9", security)
     try:
-        found = [child.read([clusters.Want("g", ("t",))]) for _ in range(2)]
+        found = [child.read([snapshots.Want("g", ("t",))]) for _ in range(2)]
         process = child.process
     finally:
         child.close()
@@ -198,9 +198,9 @@ def test_groups_without_partitions_or_sharing_them_do_not_fail_the_others(
     produce(topic, 10)
     commit({"bootstrap.servers": kafka}, group, topic, {0: 1, 1: 1})
     wants = [
-        clusters.Want(group, (topic,)),
-        clusters.Want(group, (topic,)),  # a second ConsumerGroup of the same Kafka group
-        clusters.Want(lonely, ("no-such-topic-yet",)),
+        snapshots.Want(group, (topic,)),
+        snapshots.Want(group, (topic,)),  # a second ConsumerGroup of the same Kafka group
+        snapshots.Want(lonely, ("no-such-topic-yet",)),
     ]
 
     snapshot = clusters.View(kafka, Security()).read(wants)
@@ -214,7 +214,7 @@ def test_a_caught_up_group_with_a_partition_whose_end_is_unknown_is_asked() -> N
     be read counted as settled, and a KeyError failed the cluster's read."""
     view = clusters.View("127.0.0.1:9", Security())
     view._caught_up["g"] = (time.monotonic(), {("t", 0): 5})
-    snapshot = clusters.Snapshot()
+    snapshot = snapshots.Snapshot()
 
     asked = view._settled({"g": [("t", 0), ("t", 1)]}, {("t", 0): 5}, snapshot, set())
 
@@ -228,7 +228,7 @@ def test_a_group_with_no_worker_running_is_asked_every_pass() -> None:
     view = clusters.View("127.0.0.1:9", Security())
     view._caught_up["g"] = (time.monotonic(), {("t", 0): 5})
 
-    asked = view._settled({"g": [("t", 0)]}, {("t", 0): 5}, clusters.Snapshot(), {"g"})
+    asked = view._settled({"g": [("t", 0)]}, {("t", 0): 5}, snapshots.Snapshot(), {"g"})
 
     assert asked == {"g": [("t", 0)]}
 
@@ -243,7 +243,7 @@ def test_a_group_without_commits_reading_from_latest_counts_one_record_per_parti
     min_replicas 0 was scaled to zero before any worker committed: KEDA counts 1."""
     topic, group = topic_factory(partitions=2), group_id()
     produce(topic, 10)
-    want = clusters.Want(group, (topic,))
+    want = snapshots.Want(group, (topic,))
     snapshot = clusters.View(kafka, Security()).read([want])
 
     counted = lag_reader.lag_of(snapshot, want, reset_earliest=False)
@@ -255,8 +255,8 @@ def test_a_group_without_commits_reading_from_latest_counts_one_record_per_parti
 
 def test_a_partition_whose_offsets_cannot_be_read_is_unknown_not_zero() -> None:
     """Defect 12: an unreadable partition read as low = high = 0 (lag 0, the fleet shrank)."""
-    timed_out = clusters.Failure(KafkaError._TIMED_OUT, "leader not available")
-    snapshot = clusters.Snapshot(
+    timed_out = snapshots.Failure(KafkaError._TIMED_OUT, "leader not available")
+    snapshot = snapshots.Snapshot(
         topics={"orders": (0, 1)},
         ends={("orders", 0): 10},
         unreadable={("orders", 1): timed_out},
@@ -264,33 +264,33 @@ def test_a_partition_whose_offsets_cannot_be_read_is_unknown_not_zero() -> None:
     )
 
     with pytest.raises(lag_reader.LagUnreadableError) as caught:
-        lag_reader.lag_of(snapshot, clusters.Want("billing", ("orders",)))
+        lag_reader.lag_of(snapshot, snapshots.Want("billing", ("orders",)))
 
     assert "orders[1]" in str(caught.value)
     assert "leader not available" in str(caught.value)
 
 
 def test_a_group_whose_committed_offsets_cannot_be_read_raises_kafkas_words() -> None:
-    moving = clusters.Failure(KafkaError.NOT_COORDINATOR, "Broker: Not coordinator")
-    snapshot = clusters.Snapshot(
+    moving = snapshots.Failure(KafkaError.NOT_COORDINATOR, "Broker: Not coordinator")
+    snapshot = snapshots.Snapshot(
         topics={"orders": (0,)}, ends={("orders", 0): 10}, committed={"billing": moving}
     )
 
     with pytest.raises(KafkaException) as caught:
-        lag_reader.lag_of(snapshot, clusters.Want("billing", ("orders",)))
+        lag_reader.lag_of(snapshot, snapshots.Want("billing", ("orders",)))
 
     assert lag_reader.describe(caught.value) == "Broker: Not coordinator"
 
 
 def test_a_topic_that_does_not_exist_is_named_and_the_others_are_read() -> None:
-    snapshot = clusters.Snapshot(
+    snapshot = snapshots.Snapshot(
         topics={"orders": (0,)},
         ends={("orders", 0): 10},
         starts={("orders", 0): 4},
         committed={"billing": {}},
     )
 
-    reading = lag_reader.lag_of(snapshot, clusters.Want("billing", ("orders", "refunds")))
+    reading = lag_reader.lag_of(snapshot, snapshots.Want("billing", ("orders", "refunds")))
 
     assert reading.missing_topics == ["refunds"]
     assert reading.lag == {("orders", 0): 6}  # no commit: from the log start

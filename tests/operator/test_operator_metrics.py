@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from kafleet import __version__
-from kafleet_operator import metrics, observer
+from kafleet_operator.reconcile import metrics, observer
 from tests.infra import prometheus
 
 

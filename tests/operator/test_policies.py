@@ -9,8 +9,8 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafleet_operator.autopilot import Autoscaling
-from kafleet_operator.scaling import decide, time_lag_s, wanted
+from kafleet_operator.policy.autopilot import Autoscaling
+from kafleet_operator.policy.scaling import decide, time_lag_s, wanted
 
 policies = st.builds(
     Autoscaling,

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from kafleet.errors import ConfigError
-from kafleet_operator.spec import parse_spec
+from kafleet_operator.policy.spec import parse_spec
 from tests.conftest import REPO, K8s, TopicFactory
 from tests.infra.kafka import TestbedError
 from tests.infra.waiting import wait_until

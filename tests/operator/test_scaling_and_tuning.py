@@ -74,6 +74,12 @@ def test_a_backlog_raises_replicas_to_the_partitions_and_draining_lowers_them_af
     apply(k8s, namespace, manifest)
 
     wait_until(lambda: replicas(k8s, namespace, "scaler") == 3, 60, "3 replicas", every=0.5)
+    wait_until(  # the status is patched after the scale, a moment later on a busy machine
+        lambda: "lag" in get(k8s, namespace, "kcg", "scaler").get("status", {}),
+        30,
+        "the lag in the status",
+        every=0.5,
+    )
     status = get(k8s, namespace, "kcg", "scaler")["status"]
     assert status["lag"] == 3_000
     assert status["lastScaleReason"] == "ScaledUpForLag"

@@ -10,7 +10,8 @@ from typing import Any, cast
 import kopf
 import pytest
 
-from kafleet_operator import builders, sidecars, watched
+from kafleet_operator.policy import builders
+from kafleet_operator.reading import sidecars, watched
 
 
 def pod(ip: str | None = "10.0.0.7", ready: bool = True, terminating: bool = False) -> kopf.Body:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafleet_operator import observer
+from kafleet_operator.reconcile import observer
 
 READY = {
     "type": "Ready",

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kafleet.config_loading import load_config
+from kafleet.config.loading import load_config
 from tests.conftest import K8s, TopicFactory
 from tests.infra.kafka import free_port
 from tests.infra.waiting import wait_until

@@ -13,11 +13,11 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafleet.config_loading import load_config
-from kafleet_operator import builders, tuning
-from kafleet_operator.autopilot import Tuning
-from kafleet_operator.spec import parse_spec
-from kafleet_operator.tuning import Counters, Tuned, bounds, carried, step, target, window
+from kafleet.config.loading import load_config
+from kafleet_operator.policy import builders, tuning
+from kafleet_operator.policy.autopilot import Tuning
+from kafleet_operator.policy.spec import parse_spec
+from kafleet_operator.policy.tuning import Counters, Tuned, bounds, carried, step, target, window
 
 OWNER = {"metadata": {"name": "t", "namespace": "n", "uid": "u"}}
 
@@ -90,6 +90,18 @@ def test_the_bounds_are_the_policys_within_what_the_worker_accepts(
     worker = parse_spec(spec(queue={"max_records": queue_max}, max_poll_records=5)).worker
 
     assert bounds(worker, policy) == expected
+
+
+def test_a_share_groups_tuning_never_asks_for_more_records_than_its_handlers_take() -> None:
+    share = spec(
+        image="registry.example.com/kafleet-spark:1",
+        group_type="share",
+        concurrency=12,
+        share={"consumers": 2},
+    )
+    worker = parse_spec(share).worker
+
+    assert bounds(worker, Tuning()) == (min(Tuning().min_max_poll_records, 6), 6)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafleet.assessment import liveness, readiness
+from kafleet.health.assessment import liveness, readiness
 
 NOW = 1_000_000.0
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from kafleet.lag import Status
-from kafleet.metrics import METRICS, StateCollector, View, markdown
-from kafleet.sidecar import MetricsPage
+from kafleet.sidecar.collector import StateCollector, View
+from kafleet.sidecar.lag import Status
+from kafleet.sidecar.metrics import METRICS, markdown
+from kafleet.sidecar.server import MetricsPage
 from tests.infra.prometheus import promtool
 
 STATE = {
@@ -62,6 +63,25 @@ STATE = {
     "config_rejected": "invalid configuration (worker.yaml):\n  - concurrency: ...",
 }
 
+# A share-mode worker's state: no assignment, no partitions; the share group's counts and lag.
+SHARE_STATE = {
+    **STATE,
+    "group_type": "share",
+    "assigned": [],
+    "partitions": {},
+    "share": {
+        "acquired": 120,
+        "redelivered": 4,
+        "accepted": 110,
+        "released": 6,
+        "rejected": 1,
+        "dead_lettered": 1,
+        "archived": 0,
+        "acks_refused": 2,
+        "lag": {"orders[0]": 30, "orders[1]": None, "orders[2]": 12},
+    },
+}
+
 
 def scrape(
     state: dict[str, object] = STATE,
@@ -87,7 +107,7 @@ def value(text: str, name: str, **labels: str) -> float | None:
 
 
 def test_every_documented_metric_is_exported() -> None:
-    text = scrape()
+    text = scrape() + scrape(SHARE_STATE)
 
     for name, _kind, _labels, _doc in METRICS:
         assert f"\nkafleet_{name}" in "\n" + text, name
@@ -108,6 +128,17 @@ def test_partition_metrics_carry_group_topic_and_partition_and_the_lag_is_end_mi
     warn = 'kafleet_partition_lag_status{group="billing",partition="0",status="WARN",'
     assert warn + 'topic="orders"} 1.0' in text
     assert 'kafleet_handler_latency_seconds_bucket{group="billing",le="+Inf"} 9.0' in text
+
+
+def test_a_share_workers_counts_are_exported_and_its_group_lag_sums_the_known_partitions() -> None:
+    text = scrape(SHARE_STATE)
+
+    assert value(text, "kafleet_share_records_acquired_total") == 120
+    assert value(text, "kafleet_share_records_released_total") == 6
+    assert value(text, "kafleet_share_records_archived_total") == 0
+    assert value(text, "kafleet_share_acks_refused_total") == 2
+    assert value(text, "kafleet_share_group_lag_records") == 42  # the unknown one left out
+    assert value(scrape(), "kafleet_share_group_lag_records") is None  # consumer groups: none
 
 
 def test_the_readme_lists_every_metric_as_generated() -> None:

@@ -72,16 +72,22 @@ def table_rows(spark: SparkSession) -> Callable[[str], list[tuple[str, int, int,
 
 @pytest.fixture
 def spark_worker(worker_processes: WorkerProcesses) -> Callable[..., subprocess.Popen[bytes]]:
-    """``spark_worker(topic, group, table, *flags, delay=0.0)``: a real ``kafleet worker``
-    running ``tests/spark/handlers.py:number_row`` into the Delta table; killed after."""
+    """``spark_worker(topic, group, table, *flags, delay=0.0, handler="number_row")``: a real
+    ``kafleet worker`` running ``tests/spark/handlers.py:<handler>`` into the Delta table;
+    killed after."""
 
     def start(
-        topic: str, group: str, table: str, *flags: str, delay: float = 0.0
+        topic: str,
+        group: str,
+        table: str,
+        *flags: str,
+        delay: float = 0.0,
+        handler: str = "number_row",
     ) -> subprocess.Popen[bytes]:
         return worker_processes.start(
             topic,
             group,
-            "tests.spark.handlers:number_row",
+            f"tests.spark.handlers:{handler}",
             [
                 "--concurrency",
                 "4",

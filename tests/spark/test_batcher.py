@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafleet.batcher import BatchBounds, PartitionResults
-from kafleet.record import Record
+from kafleet.engine.record import Record
+from kafleet.spark.batcher import BatchBounds, PartitionResults
 
 
 def rec(offset: int, size: int = 10) -> Record:

@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from kafleet import delta_log
-from kafleet.delta_log import (
+from kafleet.config.spark import SparkSettings
+from kafleet.spark import delta_log
+from kafleet.spark.delta_log import (
     Checkpoint,
     TransactionLog,
     commit_name,
     hinted_checkpoint,
     newest_complete_checkpoint,
 )
-from kafleet.spark_config import SparkSettings
-from kafleet.spark_sink import SparkSink
+from kafleet.spark.sink import SparkSink
 from tests.infra import spark as spark_infra
 from tests.infra.spark import ConnectServer
 

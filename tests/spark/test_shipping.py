@@ -9,17 +9,19 @@ import threading
 from typing import Any, NamedTuple
 
 import pytest
+from confluent_kafka import Message
 from pydantic import BaseModel
 
-from kafleet.batcher import Batch, BatchBounds, Row
-from kafleet.config import QueueBounds
+from kafleet.config.queue_bounds import QueueBounds
+from kafleet.engine.offsets import OffsetTracker
+from kafleet.engine.record import Record
+from kafleet.engine.runs import Chunk, Run
+from kafleet.engine.work_queue import WorkQueues
 from kafleet.errors import ResultError
-from kafleet.offsets import OffsetTracker
-from kafleet.record import Record
-from kafleet.shipping import Backoff, Shipper
-from kafleet.spark_sink import to_rows
-from kafleet.state import Stats
-from kafleet.work_queue import WorkQueues
+from kafleet.health.state import Stats
+from kafleet.spark.batcher import Batch, BatchBounds, Row
+from kafleet.spark.shipping import Backoff, Shipper
+from kafleet.spark.sink import to_rows
 from tests.infra.waiting import wait_until
 
 TP = ("orders", 0)
@@ -82,25 +84,25 @@ def ship(
     return shipper
 
 
-def start(shipper: Shipper, offsets: OffsetTracker, *numbers: int, p: int = 0) -> list[Record]:
+def start(shipper: Shipper, offsets: OffsetTracker, *numbers: int, p: int = 0) -> Run:
     """What the Poller and the Executor do first: records queued, then taken as one run."""
-    records = [Record("orders", p, n, None, b"x") for n in numbers]
-    offsets.add_many([(("orders", p), n) for n in numbers])
-    shipper.queues.push(records)
-    run = shipper.queues.take(timeout=0, max_run=len(records))
-    assert run == records
+    messages = [Message(topic="orders", partition=p, offset=n, value=b"x") for n in numbers]
+    start_at = offsets.add(("orders", p), numbers[0], numbers[-1], len(numbers))
+    shipper.queues.push([Chunk(("orders", p), start_at, messages, len(messages))])
+    run = shipper.queues.take(timeout=0, max_run=len(messages))
+    assert run is not None
+    assert run.messages == messages
     return run
 
 
-def finish(
-    shipper: Shipper, offsets: OffsetTracker, records: list[Record], rows: bool = True
-) -> None:
-    """... then, for each record, the result first, then done."""
-    for record in records:
-        if rows:
-            shipper.add(record, {"n": record.offset})
-        offsets.done(record.tp, record.offset)
-        shipper.queues.complete(record)
+def finish(shipper: Shipper, offsets: OffsetTracker, run: Run, rows: bool = True) -> None:
+    """... then the results first, then done."""
+    if rows:
+        records = [Record.from_message(m) for m in run.messages]
+        shipper.add(run, [(r, {"n": r.offset}) for r in records])
+    shipper.queues.finish(
+        run, mark_done=lambda r: offsets.done_many([(r.tp, *span) for span in r.ranges])
+    )
     shipper.queues.release()
 
 
@@ -233,13 +235,19 @@ def test_a_result_that_is_not_a_row_is_refused_naming_its_record() -> None:
         to_rows(Record("orders", 0, 5, None, None), 42)
 
 
-def test_a_writer_that_takes_several_batches_gets_every_partitions_in_one_write() -> None:
+def partitions(count: int) -> tuple[OffsetTracker, WorkQueues, list[tuple[str, int]]]:
+    """The offset tracker and queues of ``count`` assigned partitions of ``orders``."""
     offsets = OffsetTracker(gated=True)
     queues = WorkQueues(QueueBounds(), "partition", 4)
-    tps = [("orders", p) for p in range(3)]
+    tps = [("orders", p) for p in range(count)]
     for tp in tps:
         offsets.assign(tp)
     queues.assign(tps)
+    return offsets, queues, tps
+
+
+def test_a_writer_that_takes_several_batches_gets_every_partitions_in_one_write() -> None:
+    offsets, queues, tps = partitions(3)
     sink = MemorySink(per_write=8)
     shipper = Shipper(sink, BatchBounds(linger_s=3600), offsets, queues, Stats())
     shipper.assign(tps)
@@ -253,6 +261,37 @@ def test_a_writer_that_takes_several_batches_gets_every_partitions_in_one_write(
     assert len(sink.writes) == 1
     assert sorted(b.partition for b in sink.writes[0]) == [0, 1, 2]
     assert offsets.to_commit() == dict.fromkeys(tps, 5)
+
+
+def test_once_one_partitions_batch_is_due_the_others_ready_results_ride_along() -> None:
+    offsets, queues, tps = partitions(3)
+    sink = MemorySink(per_write=8)
+    bounds = BatchBounds(max_records=5, linger_s=3600)  # only a full batch is due
+    shipper = Shipper(sink, bounds, offsets, queues, Stats())
+    shipper.assign(tps)
+    finish(shipper, offsets, start(shipper, offsets, *range(5), p=0))  # full: due
+    for p in (1, 2):
+        finish(shipper, offsets, start(shipper, offsets, *range(2), p=p))  # not due alone
+    shipper.start()
+    wait_until(lambda: sink.writes, 5, "the write")
+    shipper.stop()
+
+    assert len(sink.writes) == 1
+    assert sorted((b.partition, len(b)) for b in sink.writes[0]) == [(0, 5), (1, 2), (2, 2)]
+
+
+def test_a_writer_of_one_batch_at_a_time_takes_only_what_is_due() -> None:
+    offsets, queues, tps = partitions(2)
+    sink = MemorySink(per_write=1)  # an idempotent write names one partition
+    shipper = Shipper(sink, BatchBounds(max_records=5, linger_s=3600), offsets, queues, Stats())
+    shipper.assign(tps)
+    finish(shipper, offsets, start(shipper, offsets, *range(5), p=0))
+    finish(shipper, offsets, start(shipper, offsets, *range(2), p=1))
+    shipper.start()
+    wait_until(lambda: sink.writes, 5, "the write")
+    shipper.stop()
+
+    assert [[b.partition for b in w] for w in sink.writes] == [[0]]
 
 
 def test_results_of_records_finishing_during_a_revoke_are_written_not_dropped(
@@ -280,7 +319,7 @@ def test_the_result_of_a_run_that_outlived_its_assignment_is_not_taken_for_the_n
     offsets, queues = parts
     sink = MemorySink()
     shipper = ship(sink, parts)
-    [old] = start(shipper, offsets, 0)  # in a handler when the partition is revoked ...
+    old = start(shipper, offsets, 0)  # in a handler when the partition is revoked ...
     queues.close_partitions([TP])
     for forget in (queues.remove, shipper.remove):
         forget([TP])
@@ -288,10 +327,10 @@ def test_the_result_of_a_run_that_outlived_its_assignment_is_not_taken_for_the_n
     offsets.assign(TP)  # ... and assigned back: offset 0 runs again
     queues.assign([TP])
     shipper.assign([TP])
-    [again] = start(shipper, offsets, 0)
+    again = start(shipper, offsets, 0)
 
-    shipper.add(old, {"n": -1})  # the old run ends first
-    finish(shipper, offsets, [again])
+    shipper.add(old, [(Record("orders", 0, 0, None, b"x"), {"n": -1})])  # the old run ends first
+    finish(shipper, offsets, again)
     wait_until(lambda: committable(offsets) == 1, 10, "the new run's batch to be written")
     shipper.stop()
 

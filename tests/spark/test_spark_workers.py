@@ -13,7 +13,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from kafleet import assessment
+import pytest
+
+from kafleet.health import assessment
 from tests.conftest import TopicFactory
 from tests.infra.records import ProduceReport
 from tests.infra.spark import ConnectServer
@@ -110,6 +112,50 @@ def test_exactly_once_survives_twenty_sigkills_with_every_record_in_the_table_on
     assert sorted(n for *_, n in rows) == list(range(4_000))
 
 
+def test_exactly_once_with_a_batch_handler_survives_sigkills_with_every_record_once(
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    group_id: Callable[[], str],
+    spark_worker: Callable[..., subprocess.Popen[bytes]],
+    spark_connect: ConnectServer,
+    committed_offsets: Committed,
+    table: str,
+    table_rows: Rows,
+) -> None:
+    topic, group = topic_factory(partitions=3), group_id()
+    report = produce(topic, 3_000)
+    flags = (
+        "--guarantee",
+        "exactly-once",
+        "--spark.remote",
+        spark_connect.url,
+        "--max-batch-records",
+        "50",
+        "--group-instance-id",
+        "eos-batch",
+        "--session-timeout-ms",
+        "6000",
+    )
+    rng = random.Random(7)
+    for _ in range(8):
+        proc = spark_worker(topic, group, table, *flags, delay=0.004, handler="number_rows")
+        time.sleep(rng.uniform(0.5, 4.0))
+        kill(proc)
+    spark_worker(topic, group, table, *flags, handler="number_rows")
+    wait_until(
+        lambda: all_committed(committed_offsets, group, topic, report),
+        240,
+        "all committed",
+        every=0.5,
+    )
+
+    rows = table_rows(table)
+    copies = Counter((t, p, o) for t, p, o, _ in rows)
+    assert [c for c, n in copies.items() if n > 1] == []  # no record twice
+    assert sorted(n for *_, n in rows) == list(range(3_000))  # and none missing
+
+
+@pytest.mark.timeout(900)
 def test_a_spark_connect_outage_pauses_the_worker_and_recovers_without_loss(
     topic_factory: TopicFactory,
     produce: Callable[..., ProduceReport],
@@ -156,7 +202,8 @@ def test_a_spark_connect_outage_pauses_the_worker_and_recovers_without_loss(
             return {}
         return loaded
 
-    wait_until(lambda: len(table_rows(table)) >= 300, 120, "300 rows before the outage", every=1)
+    # The worker's first rows wait for its Spark Connect session: minutes on a busy machine.
+    wait_until(lambda: len(table_rows(table)) >= 300, 240, "300 rows before the outage", every=1)
     own_spark_connect.kill()
     wait_until(lambda: (state().get("sink") or {}).get("failing_since"), 60, "the sink failing")
     before = committed_offsets(group, topic, 2)
@@ -171,9 +218,11 @@ def test_a_spark_connect_outage_pauses_the_worker_and_recovers_without_loss(
     assert any("sink" in reason and "failed every write" in reason for reason in verdict.reasons)
 
     own_spark_connect.start()
+    # A restarted Spark Connect server takes a minute or more to answer on a busy machine, and
+    # each of the ~35 Delta writes left a few seconds.
     wait_until(
         lambda: all_committed(committed_offsets, group, topic, report),
-        180,
+        420,
         "all committed",
         every=0.5,
     )

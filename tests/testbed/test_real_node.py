@@ -49,7 +49,9 @@ def _pod(name: str, image: str, command: list[str] | None = None) -> dict[str, A
     }
 
 
-def _run_pod(k8s: K8s, namespace: str, pod: dict[str, Any], phases: set[str]) -> Any:
+def _run_pod(
+    node: node_infra.RealNode, k8s: K8s, namespace: str, pod: dict[str, Any], phases: set[str]
+) -> Any:
     """Create ``pod`` and wait until it reaches one of ``phases``; return it."""
     k8s.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
     api, name = CoreV1Api(k8s.api), pod["metadata"]["name"]
@@ -58,7 +60,9 @@ def _run_pod(k8s: K8s, namespace: str, pod: dict[str, Any], phases: set[str]) ->
     while found.status.phase not in phases:
         if time.monotonic() > deadline:
             events = k8s.kubectl("get", "events", "-n", namespace, check=False)
-            raise AssertionError(f"pod {name} stayed {found.status.phase}:\n{events}")
+            raise AssertionError(
+                f"pod {name} stayed {found.status.phase}:\n{events}\n{node.standing()}"
+            )
         time.sleep(0.2)
         found = api.read_namespaced_pod(name, namespace)
     return found
@@ -88,10 +92,27 @@ def test_the_node_becomes_ready_with_its_taint_and_label(
     assert node.status.node_info.kubelet_version == k8s_build.K8S_VERSION
 
 
+def test_the_kubelet_never_puts_the_node_under_disk_pressure_nor_deletes_its_images(
+    real_node: node_infra.RealNode, k8s: K8s
+) -> None:
+    """A disk's thresholds are shares of the whole disk: on a large, nearly full disk the node
+    would be tainted (no pod scheduled) and its imported images deleted, never pulled back.
+    The running kubelet, asked through the apiserver, has memory's threshold and no disk's."""
+    configz = json.loads(
+        k8s.kubectl("get", "--raw", f"/api/v1/nodes/{node_runtime.NODE_NAME}/proxy/configz")
+    )["kubeletconfig"]
+
+    disk = {k: v for k, v in configz["evictionHard"].items() if not k.startswith("memory")}
+    assert set(disk.values()) <= {"0%"}  # "0%": no threshold (kubelet's eviction helpers)
+    assert set(disk) >= {"nodefs.available", "imagefs.available"}  # else defaults apply
+    assert configz["imageGCHighThresholdPercent"] == 100
+    assert "node.kubernetes.io/disk-pressure" not in real_node.standing()
+
+
 def test_a_pod_that_tolerates_the_taint_runs_in_a_real_runc_container(
     real_node: node_infra.RealNode, k8s: K8s, namespace: str
 ) -> None:
-    pod = _run_pod(k8s, namespace, _pod("pause", node_runtime.PAUSE_IMAGE), {"Running"})
+    pod = _run_pod(real_node, k8s, namespace, _pod("pause", node_runtime.PAUSE_IMAGE), {"Running"})
 
     assert pod.spec.node_name == node_runtime.NODE_NAME
     assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(POD_SUBNET)
@@ -107,7 +128,7 @@ def test_the_kubernetes_service_routes_a_pods_traffic_to_the_apiserver(
 ) -> None:
     """From inside a pod's network namespace (the host's python, entered with nsenter), the
     Service's address answers with the apiserver's TLS certificate and its version."""
-    pod = _run_pod(k8s, namespace, _pod("netns", node_runtime.PAUSE_IMAGE), {"Running"})
+    pod = _run_pod(real_node, k8s, namespace, _pod("netns", node_runtime.PAUSE_IMAGE), {"Running"})
     container_id = pod.status.container_statuses[0].container_id.split("://")[1]
     pid = _runc_state(real_node, container_id)["pid"]
     script = (
@@ -135,7 +156,9 @@ def test_a_python_pod_reaches_the_apiserver_with_its_in_cluster_configuration(
 ) -> None:
     """What the operator does as a pod: the Service's address from the environment, the
     ServiceAccount's token and CA from the files the kubelet mounts."""
-    assert real_node.has_image(PYTHON_IMAGE), f"the session's node has no {PYTHON_IMAGE}"
+    assert real_node.has_image(PYTHON_IMAGE), (
+        f"the session's node has no {PYTHON_IMAGE}; {real_node.standing()}"
+    )
     script = (
         "import os, ssl, urllib.request\n"
         "sa = '/var/run/secrets/kubernetes.io/serviceaccount/'\n"
@@ -149,7 +172,7 @@ def test_a_python_pod_reaches_the_apiserver_with_its_in_cluster_configuration(
     )
     pod = _pod("in-cluster", PYTHON_IMAGE, ["python3", "-c", script])
 
-    found = _run_pod(k8s, namespace, pod, {"Succeeded", "Failed"})
+    found = _run_pod(real_node, k8s, namespace, pod, {"Succeeded", "Failed"})
 
     log = k8s.kubectl("logs", "-n", namespace, "in-cluster")  # through the kubelet, by its IP
     assert found.status.phase == "Succeeded", log

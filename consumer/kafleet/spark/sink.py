@@ -1,0 +1,257 @@
+"""The Spark sink: handler results become rows, each batch a DataFrame given to a Spark job.
+
+Owns: the Spark session (built by ``session.py``: ``local[*]`` with the jars, or a Spark Connect
+client for ``spark.remote``; rebuilt after a failure, since a restarted server forgets
+sessions); turning a handler's result into rows (a dict, a pydantic model, a dataclass, a
+NamedTuple, or a list of them: one record may give several rows, or none); a batch as one
+DataFrame (``arrow_batches.py`` makes it one Arrow table, then one ``createDataFrame``, never
+row by row); calling the job as ``job(df, batch_info)``, like ``foreachBatch``; the default
+job, an append to a Delta table with the Kafka coordinates as columns; idempotent writes
+(``txnAppId`` = group/topic/partition, ``txnVersion`` = the batch's last offset, and the
+batch's range replaced rather than appended), so a batch written twice lands once; and, for
+exactly-once, where each partition's output ends (``stored_offsets``, read by ``delta_log.py``).
+
+Does not own batching, retrying or committing (``shipping.py``, ``poller.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from pydantic import BaseModel
+
+from kafleet.config.imports import import_reference
+from kafleet.config.spark import SparkSettings
+from kafleet.engine.handlers import TableRows
+from kafleet.engine.partition_state import TP
+from kafleet.engine.record import Record
+from kafleet.errors import ResultError, SinkError
+from kafleet.spark import delta_log
+from kafleet.spark.arrow_batches import ArrowBatches
+from kafleet.spark.batcher import Batch, Row
+from kafleet.spark.session import build_session, parse_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What a job is given with each batch's DataFrame."""
+
+    group_id: str
+    topic: str
+    partition: int
+    first_offset: int  # of the first record in the batch
+    last_offset: int  # of the last record in the batch: the txnVersion
+    records: int
+    rows: int
+    table: str | None
+    idempotent: bool = True
+
+    @property
+    def app_id(self) -> str:
+        return txn_app_id(self.group_id, self.topic, self.partition)
+
+    @property
+    def range_predicate(self) -> str:
+        """The batch's rows in the table, by their coordinates (for ``replaceWhere``)."""
+        topic = self.topic.replace("\\", "\\\\").replace("'", "\\'")
+        return (
+            f"kafka_topic = '{topic}' AND kafka_partition = {self.partition} "
+            f"AND kafka_offset BETWEEN {self.first_offset} AND {self.last_offset}"
+        )
+
+    @property
+    def write_options(self) -> dict[str, str]:
+        """Pass these to the Delta write (``.options(**info.write_options)``): when writes are
+        idempotent (``spark.idempotent``, always with exactly-once) a batch written again (a
+        retry after a lost answer, a replay after a crash) is skipped by Delta."""
+        if not self.idempotent:
+            return {}
+        return {"txnAppId": self.app_id, "txnVersion": str(self.last_offset)}
+
+
+Job = Callable[["DataFrame", BatchInfo], object]
+Prepared: TypeAlias = "tuple[pa.Table, BatchInfo] | None"
+
+
+def txn_app_id(group_id: str, topic: str, partition: int) -> str:
+    return f"{group_id}/{topic}/{partition}"
+
+
+def to_rows(record: Record, result: Any) -> list[Row]:
+    """A handler's result as rows; raises ``ResultError`` naming the record if it is not one."""
+    if isinstance(result, dict):
+        return [result]
+    if isinstance(result, BaseModel):
+        return [result.model_dump()]
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return [dataclasses.asdict(result)]
+    if isinstance(result, tuple) and hasattr(result, "_asdict"):
+        return [result._asdict()]
+    if isinstance(result, list | tuple):
+        return [row for item in result for row in to_rows(record, item)]
+    raise ResultError(
+        record,
+        f"the handler returned {type(result).__name__}; return a dict, a pydantic model, a "
+        "dataclass, a NamedTuple, a list of them, or None for no row",
+    )
+
+
+class SparkSink:
+    """A ``BatchWriter`` (``shipping.py``) and an ``OffsetStore`` (``engine/rebalance.py``)."""
+
+    def __init__(
+        self,
+        settings: SparkSettings,
+        group_id: str,
+        job: Job | None = None,
+        idempotent: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.group_id = group_id
+        self.idempotent = idempotent
+        if job is None and settings.job:
+            job = import_reference(settings.job, "spark.job")
+        self.job: Job = job or self.append_to_delta
+        self._session: SparkSession | None = None
+        self._session_lock = threading.Lock()
+        self._one_at_a_time = threading.Lock()
+        self._created = threading.Event()
+        self.arrow = ArrowBatches(settings.coordinates)
+        self._txn_log: delta_log.TransactionLog | None = None  # kept between assignments
+        self.where = settings.remote or settings.master
+
+    # -- the session ------------------------------------------------------------------------
+
+    def session(self) -> SparkSession:
+        with self._session_lock:
+            if self._session is None:
+                self._session = build_session(self.settings, self.group_id)
+                if self.settings.schema_ddl and self.arrow.declared is None:
+                    self.arrow.declared = parse_schema(self.settings.schema_ddl)
+            return self._session
+
+    def _forget_session(self) -> None:
+        """After a failed write to a Spark Connect server: connect afresh next time."""
+        if self.settings.remote:
+            with self._session_lock:
+                self._session = None
+
+    def close(self) -> None:
+        with self._session_lock:
+            session, self._session = self._session, None
+        if session is not None and self.settings.remote:
+            try:
+                session.stop()
+            except Exception as exc:  # noqa: BLE001 - the server may be gone already
+                log.debug("closing the Spark Connect session: %s", exc)
+
+    # -- results and batches (BatchWriter) ------------------------------------------------
+
+    def rows(self, record: Record, result: Any) -> list[Row]:
+        rows = to_rows(record, result)
+        self.arrow.check_rows(record, rows)
+        return rows
+
+    def check_table(self, tp: TP, table: TableRows) -> None:
+        self.arrow.check_table(tp, table)
+
+    @property
+    def max_batches_per_write(self) -> int:
+        """The default job, when writes need not be idempotent, appends the batches of many
+        partitions in one Delta commit (a commit costs about a second, whatever its size).
+        A custom job gets one partition's batch at a time; so does an idempotent write, whose
+        ``txnAppId`` names one partition."""
+        return 64 if self.job == self.append_to_delta and not self.idempotent else 1
+
+    def prepare(self, batch: Batch) -> Prepared:
+        """The batch as Arrow (None if its records gave no rows); ``ResultError`` names the
+        record that does not fit."""
+        table = self.arrow.convert(batch)
+        if table is None:
+            return None
+        info = BatchInfo(
+            self.group_id,
+            batch.topic,
+            batch.partition,
+            batch.first_offset,
+            batch.last_offset,
+            len(batch),
+            table.num_rows,
+            self.settings.table,
+            self.idempotent,
+        )
+        return table, info
+
+    def write(self, prepared: list[Prepared]) -> None:
+        """Run the job on one batch, or append several batches in one commit."""
+        import pyarrow as pa
+
+        ready = [p for p in prepared if p is not None]
+        if not ready:
+            return
+        session = self.session()
+        if len(ready) == 1:
+            table, info = ready[0]
+        else:
+            table = pa.concat_tables([t for t, _ in ready], promote_options="permissive")
+            info = dataclasses.replace(ready[0][1], records=sum(i.records for _, i in ready))
+        try:
+            if self._created.is_set() and not self.idempotent:
+                self.job(session.createDataFrame(table), info)
+            else:
+                # Writers creating a new table at once conflict (Delta), so the first write
+                # goes alone. So do idempotent ones: a replaceWhere on data columns conflicts
+                # with any concurrent append, so writing them side by side only retries.
+                with self._one_at_a_time:
+                    self.job(session.createDataFrame(table), info)
+                self._created.set()
+        except Exception:
+            self._forget_session()
+            raise
+
+    def append_to_delta(self, df: DataFrame, info: BatchInfo) -> None:
+        """The default job: an append to the Delta table at ``spark.table``.
+
+        Idempotent writes replace the batch's own range of offsets (``replaceWhere``) rather
+        than appending: a write that outlived its worker (a Spark Connect server finishes an
+        operation whose client was killed) may have landed part of the range under another
+        batch's ``txnVersion``, and a replace leaves each offset in the table once whatever
+        overlapped. Delta's conflict checks make two writers of one range fail and retry.
+        """
+        assert info.table is not None
+        writer = df.write.format("delta").options(**info.write_options)
+        if info.idempotent:
+            writer = writer.mode("overwrite").option("replaceWhere", info.range_predicate)
+        else:
+            writer = writer.mode("append")
+        writer.save(info.table)
+
+    # -- exactly-once (OffsetStore) -------------------------------------------------------
+
+    def stored_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """For each partition, the offset after the last batch the table holds. The table's
+        log is read from its last checkpoint the first time, then only its newer commits."""
+        if not partitions or self.settings.table is None:
+            return {}
+        wanted = {txn_app_id(self.group_id, t, p): (t, p) for t, p in partitions}
+        if self._txn_log is None:
+            self._txn_log = delta_log.TransactionLog(self.settings.table, f"{self.group_id}/")
+        try:
+            versions = self._txn_log.versions(self.session(), wanted)
+        except SinkError:
+            raise
+        except Exception:
+            self._forget_session()
+            raise
+        return {wanted[app]: version + 1 for app, version in versions.items()}

@@ -1,0 +1,289 @@
+"""One Kafka view per cluster: every watched group's offsets, read together once a pass.
+
+Owns: one admin client per distinct Kafka connection (``snapshots.Target.key``: bootstrap
+servers plus the security settings, passwords included), shared by every ConsumerGroup that
+connects the same way; and reading, for all those groups at once, in a bounded number of
+requests (``View.read``):
+
+- the topics and their partitions, from metadata cached for ``METADATA_TTL_S`` (asked again at
+  once when a group names a topic it has not seen, or the offsets topic is not there yet);
+- the log-end offset of every watched partition in one ``list_offsets`` call (librdkafka sends
+  one request per leader), and the log-start offset of the partitions some group has not
+  committed yet (what ``auto_offset_reset: earliest`` counts), likewise;
+- each group's committed offsets (``list_consumer_group_offsets``, one group per request as
+  librdkafka allows, all in flight together), asked again while a coordinator moves or loads;
+  a group that had committed everything, on partitions whose log ends have not moved since,
+  is asked only every ``SETTLED_S`` (its committed offsets cannot have moved past the ends,
+  and only a reset moves them back: a group with no worker running, where resets are done, is
+  asked every pass), so a fleet at rest asks half as often as KEDA (15 s);
+- each share group's start offsets and lags (``Want.share``: a share group commits nothing),
+  every share group in one round through Kafka's Java admin (``share_lag.py``: a JVM started
+  in this process at the first share group, never before), and the log-start offset of the
+  partitions where the broker knows neither (the group has not started there).
+
+A cluster that cannot be reached, or refuses the credentials, fails its own snapshot.
+
+librdkafka (2.16, and its master as of this writing: confluentinc/librdkafka#5040) crashes the
+process when an admin client's OffsetFetch answers NOT_COORDINATOR or another error that asks
+for a coordinator refresh (a coordinator moving: a broker restarting, a new offsets topic): it
+asks the client's consumer group, which an admin client does not have, to look the
+coordinator up. So a ``View`` runs in a process of its own (``readers.py``), never in the
+operator's.
+
+Does not own the process (``readers.py``), the values asked and answered (``snapshots.py``:
+``Want``, ``Target``, ``Snapshot``, ``Failure``), what the offsets mean (``lag_reader.py``: a
+group's lag from a snapshot) or where the passwords come from (``credentials.py``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from kafleet.config.security import Security
+from kafleet_operator.reading import share_lag
+from kafleet_operator.reading.share_lag import ShareState
+from kafleet_operator.reading.snapshots import TP, Failure, Snapshot, Want
+
+TIMEOUT_S = 10.0
+METADATA_TTL_S = 60.0
+METADATA_TRY_S = 2.0  # how often a metadata request gives a reported auth failure a look
+MISSING_S = 10.0  # a topic a group names and the cluster lacks: metadata asked again this often
+RETRY_S = 0.2
+# Partitions per list_offsets call: librdkafka matches each partition to its leader's request
+# and each answer to the partitions asked in loops over the whole list (n squared in one
+# call's size, by reading its source; not measured alone). In chunks of 500: 16 requests a
+# pass at 1,000 groups of 8 partitions instead of one (B9 measured them, with the rest).
+OFFSETS_CHUNK = 500
+SETTLED_S = 60.0  # a caught-up group's committed offsets, unchanged log ends: asked this often
+LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
+
+
+class View:
+    """One cluster, as every group that connects to it the same way sees it."""
+
+    def __init__(
+        self, bootstrap: str, security: Security, share_classpath: str | None = None
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.authentication_error: KafkaError | None = None
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap, **security.properties()}
+        for name, value in config.items():  # librdkafka's own words name no file
+            if name.endswith(".location") and not os.path.exists(str(value)):
+                text = f"{name} {value}: no such file in the operator's pod"
+                raise KafkaException(KafkaError(KafkaError._INVALID_ARG, text))
+        config["error_cb"] = self._on_error
+        self.admin = AdminClient(config)
+        self._topics: dict[str, tuple[int, ...]] = {}
+        self._topics_at = -METADATA_TTL_S
+        # group -> (when its committed offsets were read, the log ends they were all at)
+        self._caught_up: dict[str, tuple[float, dict[TP, int]]] = {}
+        self.used_at = time.monotonic()
+        # Share groups' reader: its JVM and admin client are made at the first share group.
+        self.shares = share_lag.ShareOffsets(bootstrap, security, share_classpath)
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            self.authentication_error = error
+
+    def _metadata(self, deadline: float) -> dict[str, tuple[int, ...]]:
+        """Every topic's partitions; raises the authentication failure as soon as it is known."""
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                found = self.admin.list_topics(timeout=max(0.1, min(METADATA_TRY_S, remaining)))
+            except KafkaException:
+                self.admin.poll(0)  # serves error_cb
+                if self.authentication_error is not None:
+                    raise KafkaException(self.authentication_error) from None
+                if remaining <= METADATA_TRY_S:
+                    raise
+                continue
+            return {name: tuple(sorted(t.partitions)) for name, t in found.topics.items()}
+
+    def topics(self, wants: Iterable[Want], deadline: float) -> dict[str, tuple[int, ...]]:
+        """Every topic's partitions, asked again after ``METADATA_TTL_S``, or after
+        ``MISSING_S`` while a group names a topic the last answer did not have."""
+        named = {t for w in wants for t in w.topics}
+        age = time.monotonic() - self._topics_at
+        if age > METADATA_TTL_S or (age > MISSING_S and not named <= self._topics.keys()):
+            self._topics, self._topics_at = self._metadata(deadline), time.monotonic()
+        return self._topics
+
+    def read(self, wants: list[Want]) -> Snapshot:
+        """The offsets every group of ``wants`` needs; raises ``KafkaException`` when the
+        cluster cannot be reached or refuses the client."""
+        self.used_at = time.monotonic()
+        deadline = time.monotonic() + TIMEOUT_S
+        topics = self.topics(wants, deadline)
+        snapshot = Snapshot(topics=topics, at=time.time())
+        # Two ConsumerGroups may read one Kafka group's partitions (librdkafka refuses a
+        # partition twice), and a group with no partition yet (its topics do not exist) asks
+        # nothing (librdkafka refuses an empty list).
+        found: dict[str, set[TP]] = {}
+        shared: dict[str, set[TP]] = {}
+        for want in wants:
+            into = shared if want.share else found
+            into.setdefault(want.group_id, set()).update(snapshot.partitions(want)[0])
+        watched = {group: sorted(tps) for group, tps in found.items() if tps}
+        share_watched = {group: sorted(tps) for group, tps in shared.items() if tps}
+        unsettled = {w.group_id for w in wants if not w.may_settle}
+        every = sorted({tp for tps in [*watched.values(), *share_watched.values()] for tp in tps})
+        if not every:
+            return snapshot
+        ends = self._offsets(every, LATEST, snapshot, deadline)
+        if not ends:  # not one partition answered: the cluster is down, not a leader
+            self._topics_at = -METADATA_TTL_S  # and its metadata is asked again next pass
+            raise next(iter(snapshot.unreadable.values())).exception()
+        # Asked even where the metadata shows no offsets topic: a principal that may not
+        # describe it (consumer ACLs, MSK IAM) does not see it, and its groups have commits.
+        asked = self._settled(watched, ends, snapshot, unsettled)
+        self._committed(asked, snapshot, deadline)
+        self._remember(asked, ends, snapshot)
+        unstarted = self._shares(share_watched, snapshot, deadline)
+        uncommitted = sorted(
+            {
+                tp
+                for found in snapshot.committed.values()
+                if isinstance(found, dict)
+                for tp, offset in found.items()
+                if offset is None and tp in ends
+            }
+            | {tp for tp in unstarted if tp in ends}
+        )
+        if uncommitted:
+            snapshot.starts.update(self._offsets(uncommitted, EARLIEST, snapshot, deadline))
+        snapshot.ends.update(ends)
+        return snapshot
+
+    def _shares(self, watched: dict[str, list[TP]], snapshot: Snapshot, deadline: float) -> set[TP]:
+        """Every share group's partitions (``snapshot.share``); returns the watched ones where
+        the broker knows neither a start offset nor a lag (the group has not started there:
+        their log-start offsets are asked, as for a consumer group's partitions with no
+        commit)."""
+        if not watched:
+            return set()
+        answers = self.shares.read(sorted(watched), max(0.1, deadline - time.monotonic()))
+        unstarted: set[TP] = set()
+        for group, tps in watched.items():
+            answer = answers.get(group, (KafkaError._FAIL, "no answer"))
+            if isinstance(answer, tuple):
+                snapshot.share[group] = Failure(*answer)
+                continue
+            snapshot.share[group] = {tp: answer[tp] for tp in tps if tp in answer}
+            unknown = ShareState(None, None)
+            unstarted.update(tp for tp in tps if answer.get(tp, unknown) == unknown)
+        return unstarted
+
+    def _settled(
+        self,
+        watched: dict[str, list[TP]],
+        ends: dict[TP, int],
+        snapshot: Snapshot,
+        unsettled: set[str],
+    ) -> dict[str, list[TP]]:
+        """The groups whose committed offsets must be asked: all but those that had
+        committed up to the log end of every partition, which has not moved since, within
+        ``SETTLED_S`` (their committed offsets are those, unless someone reset them: asked
+        again after ``SETTLED_S``). A fleet at rest costs a fraction of an OffsetFetch each."""
+        now = time.monotonic()
+        asked: dict[str, list[TP]] = {}
+        for group, tps in watched.items():
+            known = self._caught_up.get(group)
+            fresh = known is not None and now - known[0] < SETTLED_S and group not in unsettled
+            if (
+                fresh
+                and known is not None
+                and all(tp in ends and known[1].get(tp) == ends[tp] for tp in tps)
+            ):
+                snapshot.committed[group] = {tp: ends[tp] for tp in tps}
+                continue
+            asked[group] = tps
+        return asked
+
+    def _remember(
+        self, asked: dict[str, list[TP]], ends: dict[TP, int], snapshot: Snapshot
+    ) -> None:
+        now = time.monotonic()
+        for group, tps in asked.items():
+            found = snapshot.committed.get(group)
+            if isinstance(found, dict) and all(
+                tp in ends and found.get(tp) == ends[tp] for tp in tps
+            ):
+                self._caught_up[group] = (now, {tp: ends[tp] for tp in tps})
+            else:
+                self._caught_up.pop(group, None)
+        for group in [g for g, (at, _) in self._caught_up.items() if now - at >= SETTLED_S]:
+            del self._caught_up[group]
+
+    def _offsets(
+        self, tps: list[TP], spec: Any, snapshot: Snapshot, deadline: float
+    ) -> dict[TP, int]:
+        """``tps``' offsets, ``OFFSETS_CHUNK`` partitions a ``list_offsets`` call, every call in
+        flight together; a partition that fails (no leader) is recorded in
+        ``snapshot.unreadable``, never guessed."""
+        timeout = max(0.1, deadline - time.monotonic())
+        futures: dict[TopicPartition, concurrent.futures.Future[Any]] = {}
+        for first in range(0, len(tps), OFFSETS_CHUNK):
+            asked = {TopicPartition(t, p): spec for t, p in tps[first : first + OFFSETS_CHUNK]}
+            futures.update(self.admin.list_offsets(asked, request_timeout=timeout))
+        found: dict[TP, int] = {}
+        for tp, future in futures.items():
+            key = (tp.topic, tp.partition)
+            try:
+                found[key] = future.result(timeout=max(0.1, deadline - time.monotonic())).offset
+            except KafkaException as exc:
+                snapshot.unreadable[key] = Failure.of(exc)
+            except concurrent.futures.TimeoutError:
+                snapshot.unreadable[key] = Failure(KafkaError._TIMED_OUT, "no answer in time")
+        return found
+
+    def _committed(self, watched: dict[str, list[TP]], snapshot: Snapshot, deadline: float) -> None:
+        """Every group's committed offsets, all groups in flight together; a group whose
+        coordinator moves or loads is asked again until the deadline."""
+        pending = dict(watched)
+        while pending:
+            futures = {group: self._ask(group, tps, deadline) for group, tps in pending.items()}
+            pending = {}
+            for group, future in futures.items():
+                try:
+                    answer = future.result(timeout=max(0.1, deadline - time.monotonic()))
+                except concurrent.futures.TimeoutError:
+                    text = "no committed offsets in time"
+                    snapshot.committed[group] = Failure(KafkaError._TIMED_OUT, text)
+                    continue
+                except KafkaException as exc:
+                    code = exc.args[0].code() if exc.args else None
+                    if code in COORDINATOR_MOVING and time.monotonic() + RETRY_S < deadline:
+                        pending[group] = watched[group]
+                    snapshot.committed[group] = Failure.of(exc)
+                    continue
+                snapshot.committed[group] = _offsets_of(answer.topic_partitions)
+            if pending:
+                time.sleep(RETRY_S)
+
+    def _ask(self, group: str, tps: list[TP], deadline: float) -> concurrent.futures.Future[Any]:
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])]
+        timeout = max(0.1, deadline - time.monotonic())
+        return self.admin.list_consumer_group_offsets(request, request_timeout=timeout)[group]
+
+
+def _offsets_of(answer: list[TopicPartition] | None) -> dict[TP, int | None] | Failure:
+    found: dict[TP, int | None] = {}
+    for tp in answer or []:
+        if tp.error is not None:
+            return Failure.of(KafkaException(tp.error))
+        found[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+    return found

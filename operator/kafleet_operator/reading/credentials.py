@@ -1,0 +1,130 @@
+"""A ConsumerGroup's Kafka credentials, read from the Secrets its ``spec.security`` names.
+
+Owns: turning the spec's ``security`` (``KafkaSecurity``: every password a reference to a key
+of a Secret in the group's namespace) into the worker's own ``kafleet.config.security.Security``,
+with the passwords read through the API, so that the operator's lag reader connects exactly
+as the workers do (the workers get the same keys as environment variables); the error that
+names a missing Secret or key (``CredentialsError``, for a Degraded condition); and how long a
+read Secret is trusted.
+
+KEDA resolves a TriggerAuthentication's Secrets once, when it builds a scaler, and kept using a
+rotated password until the scaler was rebuilt (kedacore/keda#563, #7906). Here a Secret is read
+again after ``SECRET_TTL_S`` and at once after Kafka refused the credentials (``forget``), so
+a rotation is picked up within a minute, or on the next pass when the old password stops
+working. The operator may ``get`` Secrets in the namespaces it watches, nothing more: no list,
+no watch, so it reads only the Secrets a ConsumerGroup names.
+
+Secret values are never logged and never put in an error, a status or an Event: errors name
+the namespace, the Secret, the key and the spec field, not what the key holds.
+
+Does not own connecting to Kafka (``lag_reader.py``) or the pods' environment (``pod_spec.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from collections.abc import Callable, Mapping
+
+from kubernetes import client as k8s
+
+from kafleet.config.security import Security
+from kafleet.errors import KafleetError
+from kafleet_operator.policy.spec import KafkaSecurity, SecretKeyRef
+
+SECRET_TTL_S = 60.0
+# (namespace, name) -> the Secret's data (base64 values, as the API gives them), None if absent.
+SecretReader = Callable[[str, str], Mapping[str, str] | None]
+PASSWORDS = {  # Security's field -> KafkaSecurity's reference to it
+    "sasl_password": "sasl_password_secret",
+    "ssl_key_password": "ssl_key_password_secret",
+}
+
+
+class CredentialsError(KafleetError):
+    """A Secret the spec names cannot give its key. ``reason`` is the condition's reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+def _value(read: SecretReader, namespace: str, field: str, ref: SecretKeyRef) -> str:
+    where = f"Secret {namespace}/{ref.name}, key {ref.key!r} (spec.security.{field})"
+    data = read(namespace, ref.name)
+    if data is None:
+        raise CredentialsError("SecretNotFound", f"{where}: the Secret does not exist")
+    if ref.key not in data:
+        raise CredentialsError("SecretKeyNotFound", f"{where}: the Secret has no such key")
+    try:
+        value = base64.b64decode(data[ref.key], validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise CredentialsError("SecretKeyInvalid", f"{where}: not UTF-8 text") from None
+    if not value:
+        raise CredentialsError("SecretKeyEmpty", f"{where}: the value is empty")
+    return value
+
+
+def resolve(security: KafkaSecurity, namespace: str, read: SecretReader) -> Security:
+    """The workers' ``Security`` for this spec, passwords read from its Secrets."""
+    fields = security.model_dump(exclude=set(PASSWORDS.values()), exclude_none=True)
+    for target, source in PASSWORDS.items():
+        ref = getattr(security, source)
+        if ref is not None:
+            fields[target] = _value(read, namespace, source, ref)
+    return Security.model_validate(fields)
+
+
+def secret_reader(api: k8s.ApiClient) -> SecretReader:
+    """Reads one Secret with ``get`` (the only verb the operator has on Secrets)."""
+    core = k8s.CoreV1Api(api)
+
+    def read(namespace: str, name: str) -> Mapping[str, str] | None:
+        try:
+            secret = core.read_namespaced_secret(name, namespace)
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 403:
+                raise CredentialsError(
+                    "SecretForbidden",
+                    f"Secret {namespace}/{name}: the operator may not read it (RBAC: get "
+                    "secrets in the watched namespaces)",
+                ) from None
+            raise CredentialsError(
+                "SecretUnreadable", f"Secret {namespace}/{name}: HTTP {exc.status} {exc.reason}"
+            ) from None
+        return {k: v if isinstance(v, str) else v.decode() for k, v in (secret.data or {}).items()}
+
+    return read
+
+
+class Credentials:
+    """One ConsumerGroup's resolved credentials, read again after ``ttl_s``, when the spec's
+    references change, or after ``forget``. Errors are not kept: the next call reads again."""
+
+    def __init__(
+        self,
+        read: SecretReader,
+        ttl_s: float = SECRET_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read, self._ttl_s, self._clock = read, ttl_s, clock
+        self._of: tuple[str, KafkaSecurity] | None = None
+        self._security: Security | None = None
+        self._read_at = 0.0
+
+    def get(self, security: KafkaSecurity, namespace: str) -> Security:
+        now = self._clock()
+        fresh = now - self._read_at < self._ttl_s
+        if self._security is not None and self._of == (namespace, security) and fresh:
+            return self._security
+        self.forget()
+        resolved = resolve(security, namespace, self._read)
+        self._of, self._security, self._read_at = (namespace, security), resolved, now
+        return resolved
+
+    def forget(self) -> None:
+        """Read the Secrets again next time (Kafka refused what they said)."""
+        self._of, self._security = None, None
