@@ -194,3 +194,20 @@ def fleet_prometheus(
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _groups_deleted_after_the_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module of fleet tests that fails before it deletes its ConsumerGroups has them deleted
+    after it (their workers then drain in their grace, as a deleted group's do), so none runs
+    on beside the next modules. After the module, not each test: a module's fixture may hold a
+    group for several."""
+    tests = [t for t in request.session.items if isinstance(t, pytest.Function)]
+    if not any(t.module is request.module and "operator" in t.fixturenames for t in tests):
+        yield
+        return
+    # Asked before the module's tests, not at its teardown (pytest deprecates that).
+    release: Release = request.getfixturevalue("operator")
+    cluster: Cluster = request.getfixturevalue("fleet_cluster")
+    yield
+    cluster.kubectl("delete", "kcg", "--all", "-n", release.watched, "--wait=false", check=False)

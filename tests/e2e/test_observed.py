@@ -125,12 +125,13 @@ def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_s
     operator_families = {f._name for f in operator_metrics.EXPORTED}
     assert not missing(operator_families), f"no operator series for {missing(operator_families)}"
     up = {
-        (t["labels"].get("namespace", ""), t["labels"].get("pod", ""))
+        tuple(t["labels"].get(label, "") for label in ("namespace", "pod", "consumergroup"))
         for t in fleet_prometheus.targets()
         if t["health"] == "up"
     }
-    workers = {pod for n, pod in up if n == ns and pod.startswith(f"{name}-")}
+    # By the group's label, not the pod's name: another group's pods may share its prefix.
+    workers = {pod for n, pod, group in up if n == ns and group == name}
     assert len(workers) == 2, f"scraped {sorted(up)}: want both of {name}'s workers"
-    assert any(n == operator.namespace for n, _ in up), f"no operator pod in {sorted(up)}"
+    assert any(n == operator.namespace for n, _, _ in up), f"no operator pod in {sorted(up)}"
     print(f"\nobserved: {len(exported)} kafleet families, {len(operator_families)} operator's")
     fleet_cluster.kubectl("delete", "kcg", "-n", ns, name, "--wait=false")

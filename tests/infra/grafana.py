@@ -152,6 +152,7 @@ def start_grafana(workdir: Path, prometheus_url: str, dashboards: list[Path]) ->
         "apiVersion": 1,
         "providers": [{"name": "kafleet", "type": "file", "options": {"path": str(boards)}}],
     }))  # fmt: skip
+    uids = {json.loads(board.read_text())["uid"] for board in dashboards}
     server = Grafana(workdir, free_port())
     env = {
         **os.environ,
@@ -173,10 +174,21 @@ def start_grafana(workdir: Path, prometheus_url: str, dashboards: list[Path]) ->
         except TestbedError:  # an HTTP error while it starts
             return False
 
-    why = processes.wait_started(server.pid, workdir / "grafana.log", healthy, 120)
+    # Healthy is not provisioned: Grafana loads the dashboards' files in a service of its own,
+    # which may not have run yet when /api/health first answers.
+    def provisioned() -> bool:
+        if not healthy():
+            return False
+        try:
+            found = server.request("/api/search?type=dash-db")
+        except TestbedError:
+            return False
+        return uids <= {d["uid"] for d in found}
+
+    why = processes.wait_started(server.pid, workdir / "grafana.log", provisioned, 120)
     if why:
         server.stop()
-        raise TestbedError(f"grafana on {server.url} {why}")
+        raise TestbedError(f"grafana on {server.url} {why} (dashboards wanted: {sorted(uids)})")
     return server
 
 
