@@ -9,9 +9,11 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 
 from kafleet import ParallelConsumer, Record
+from kafleet.cli.worker import SAME_REQUEST_S
 from tests.conftest import ConfigFactory, TopicFactory
 from tests.consumer.conftest import Journal
 from tests.infra import kafka as kafka_infra
@@ -27,6 +29,10 @@ def _poison(number: int) -> Callable[[Record], None]:
             raise ValueError(f"cannot bill record {number}")
 
     return handle
+
+
+def _wait_logged(log: Path, line: str) -> None:
+    wait_until(lambda: line in log.read_text(), 30, f"{line!r} in {log.name}", every=0.02)
 
 
 def _read_all(kafka: str, topic: str, count: int) -> list[object]:
@@ -169,6 +175,8 @@ def test_a_worker_killed_with_sigkill_and_restarted_loses_nothing(
     assert sorted(_finished(out)) == list(range(1_500))
 
 
+# GNU timeout signals the worker and then its process group: SIGTERM twice, microseconds apart.
+@pytest.mark.parametrize("times", [1, 2], ids=["once", "twice within half a second"])
 def test_sigterm_drains_commits_what_was_done_and_exits_zero(
     topic_factory: TopicFactory,
     produce: Callable[..., ProduceReport],
@@ -176,6 +184,7 @@ def test_sigterm_drains_commits_what_was_done_and_exits_zero(
     worker: Callable[..., subprocess.Popen[bytes]],
     tmp_path: Path,
     committed_offsets: Callable[[str, str, int], dict[int, int]],
+    times: int,
 ) -> None:
     topic, group, out = topic_factory(partitions=3), group_id(), tmp_path / "done.txt"
     produce(topic, 3_000)
@@ -185,6 +194,9 @@ def test_sigterm_drains_commits_what_was_done_and_exits_zero(
     )
     wait_until(lambda: len(_finished(out)) >= 100, 60, "100 records before SIGTERM")
     proc.send_signal(signal.SIGTERM)
+    if times == 2:  # once the first is handled (two sent together may be seen as one)
+        _wait_logged(tmp_path / "worker-0.log", "SIGTERM: draining")
+        proc.send_signal(signal.SIGTERM)
 
     assert proc.wait(timeout=60) == 0
     done = [line.split() for line in out.read_text().splitlines()]
@@ -194,3 +206,26 @@ def test_sigterm_drains_commits_what_was_done_and_exits_zero(
     committed = committed_offsets(group, topic, 3)
     for partition, count in per_partition.items():
         assert committed[partition] == count  # everything done, and nothing more, committed
+
+
+def test_a_second_sigint_a_second_after_the_first_exits_at_once_without_waiting_for_the_drain(
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    group_id: Callable[[], str],
+    worker: Callable[..., subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    topic, group, out = topic_factory(partitions=3), group_id(), tmp_path / "done.txt"
+    produce(topic, 300)
+
+    # Three records in flight and the queues full of 3 s records: a drain of a minute or more.
+    proc = worker(topic, group, out, "--shutdown-grace-s", "120", delay=3.0)
+    wait_until(lambda: len(_finished(out)) >= 3, 60, "3 records before SIGINT")
+    proc.send_signal(signal.SIGINT)
+    _wait_logged(tmp_path / "worker-0.log", "SIGINT: draining")
+    time.sleep(2 * SAME_REQUEST_S)
+    assert proc.poll() is None, "still draining"
+    proc.send_signal(signal.SIGINT)
+
+    assert proc.wait(timeout=20) == 130
+    assert "second SIGINT: exiting at once" in (tmp_path / "worker-0.log").read_text()

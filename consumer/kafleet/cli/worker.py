@@ -3,20 +3,22 @@
 Owns: the worker's command-line flags (generated from ``ConsumerConfig``'s fields, so the
 config file, the ``KAFLEET_*`` variables and the flags always have the same names), importing
 the handler (``module:function``), signals (SIGTERM or SIGINT: stop intake, drain within
-``shutdown_grace_s``, commit, leave the group, exit 0; a second signal: exit at once), the
-config-file watch for live tuning, and ending on a configuration mistake, wherever it is found
-(the file, the environment, the flags, the handler's import, the consumer's checks at start):
-the message naming the field, exit code 2, no traceback. Does not own any consumer behaviour
-(``consumer.py``).
+``shutdown_grace_s``, commit, leave the group, exit 0; another signal half a second or more
+later: exit 130 at once), the config-file watch for live tuning, and ending on a configuration
+mistake, wherever it is found (the file, the environment, the flags, the handler's import, the
+consumer's checks at start): the message naming the field, exit code 2, no traceback. Does not
+own any consumer behaviour (``consumer.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
+import time
 import types
 import typing
 from collections.abc import Iterator, Sequence
@@ -33,6 +35,10 @@ from kafleet.errors import ConfigError, FieldProblem
 from kafleet.share.share_consumer import ShareConsumer
 
 log = logging.getLogger("kafleet.worker")
+
+# A signal repeated within this many seconds of the first is the same request, not a second
+# one: GNU timeout signals the worker and then its process group, and a shell may pass one on.
+SAME_REQUEST_S = 0.5
 
 
 def _scalar_fields() -> Iterator[tuple[str, str]]:
@@ -130,20 +136,28 @@ def run(args: argparse.Namespace) -> int:
         if args.config
         else None
     )
-    signals = 0
+    handled_at: float | None = None  # when the first signal's stop was asked
 
     def on_signal(signum: int, _frame: types.FrameType | None) -> None:
-        nonlocal signals
-        signals += 1
-        if signals > 1:
+        nonlocal handled_at
+        if handled_at is None:
+            handled_at = math.inf  # one arriving while this one is handled is the same request
+            try:
+                log.info(
+                    "%s: draining for up to %.0f s, then committing and leaving the group "
+                    "(another signal, %.1f s or more later, exits at once)",
+                    signal.Signals(signum).name,
+                    config.shutdown_grace_s,
+                    SAME_REQUEST_S,
+                )
+                consumer.stop()
+            finally:
+                handled_at = time.monotonic()
+        elif time.monotonic() - handled_at < SAME_REQUEST_S:
+            log.info("%s again at once: the same request", signal.Signals(signum).name)
+        else:
             log.warning("second %s: exiting at once", signal.Signals(signum).name)
             os._exit(130)
-        log.info(
-            "%s: draining for up to %.0f s, then committing and leaving the group",
-            signal.Signals(signum).name,
-            config.shutdown_grace_s,
-        )
-        consumer.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
