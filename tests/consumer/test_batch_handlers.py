@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Message
 
 from kafleet import ParallelConsumer, batch_handler
 from tests.conftest import ConfigFactory, TopicFactory
-from tests.infra.records import ProduceReport, record_number
+from tests.infra.records import ProduceReport, read_records, record_number
 from tests.infra.waiting import wait_until
 
 Start = Callable[..., ParallelConsumer]
@@ -42,19 +41,6 @@ class Batches:
     def numbers(self) -> Counter[int]:
         with self.lock:
             return Counter(n for call in self.calls for n in call[3])
-
-
-def _read_all(kafka: str, topic: str, count: int) -> list[Message]:
-    reader = Consumer(
-        {"bootstrap.servers": kafka, "group.id": f"reader-{topic}", "auto.offset.reset": "earliest"}
-    )
-    reader.subscribe([topic])
-    got: list[Message] = []
-    deadline = time.monotonic() + 30
-    while len(got) < count and time.monotonic() < deadline:
-        got.extend(m for m in reader.consume(100, 0.5) if m.error() is None)
-    reader.close()
-    return got
 
 
 @pytest.mark.parametrize(
@@ -178,7 +164,7 @@ def test_a_poison_record_in_a_batch_alone_is_dead_lettered_after_the_batch_and_i
     assert len(with_poison[0]) > 1  # the batch it came in ...
     assert len(with_poison[1]) == len(with_poison[0])  # ... was retried whole
     assert with_poison[2:] == [[42], [42]], "then it alone, with its own attempts"
-    [parked] = _read_all(kafka, dead, 1)
+    [parked] = read_records(kafka, dead, 1)
     assert record_number(parked.value() or b"") == 42
     assert dict(parked.headers() or [])["kafleet.error.message"] == b"cannot bill record 42"
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from kafleet import ParallelConsumer, Record
@@ -20,7 +20,7 @@ from kafleet.engine.dead_letter import dead_letter_partitions
 from kafleet.errors import ConfigError
 from tests.conftest import REPO, ConfigFactory, TopicFactory
 from tests.infra import kafka as kafka_infra
-from tests.infra.records import ProduceReport, record_number
+from tests.infra.records import ProduceReport, read_records, record_number
 from tests.infra.waiting import wait_until
 
 Start = Callable[..., ParallelConsumer]
@@ -86,16 +86,7 @@ def test_a_poison_record_reaches_a_dead_letter_topic_that_nobody_created(
         30,
         "commits past the poison record",
     )
-    reader = Consumer(
-        {"bootstrap.servers": kafka, "group.id": f"r-{dead}", "auto.offset.reset": "earliest"}
-    )
-    reader.subscribe([dead])
-    parked = []
-    for _ in range(60):
-        parked += [m for m in reader.consume(10, 0.5) if m.error() is None]
-        if parked:
-            break
-    reader.close()
+    parked = read_records(kafka, dead, 1)
     assert [record_number(m.value()) for m in parked] == [42]
     assert partitions_once_seen(admin, dead) == 3
 

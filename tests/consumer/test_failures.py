@@ -10,14 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 
 from kafleet import ParallelConsumer, Record
 from kafleet.cli.worker import SAME_REQUEST_S
 from tests.conftest import ConfigFactory, TopicFactory
 from tests.consumer.conftest import Journal
 from tests.infra import kafka as kafka_infra
-from tests.infra.records import ProduceReport, record_number
+from tests.infra.records import ProduceReport, read_records, record_number
 from tests.infra.waiting import wait_until
 
 Start = Callable[..., ParallelConsumer]
@@ -33,19 +32,6 @@ def _poison(number: int) -> Callable[[Record], None]:
 
 def _wait_logged(log: Path, line: str) -> None:
     wait_until(lambda: line in log.read_text(), 30, f"{line!r} in {log.name}", every=0.02)
-
-
-def _read_all(kafka: str, topic: str, count: int) -> list[object]:
-    reader = Consumer(
-        {"bootstrap.servers": kafka, "group.id": f"reader-{topic}", "auto.offset.reset": "earliest"}
-    )
-    reader.subscribe([topic])
-    got: list[object] = []
-    deadline = time.monotonic() + 30
-    while len(got) < count and time.monotonic() < deadline:
-        got.extend(m for m in reader.consume(100, 0.5) if m.error() is None)
-    reader.close()
-    return got
 
 
 def test_a_poison_record_goes_to_the_dead_letter_topic_with_headers_while_the_rest_flows(
@@ -79,7 +65,7 @@ def test_a_poison_record_goes_to_the_dead_letter_topic_with_headers_while_the_re
     )
 
     assert 42 not in journal.numbers()
-    [parked] = _read_all(kafka, dead, 1)
+    [parked] = read_records(kafka, dead, 1)
     headers = dict(parked.headers())  # type: ignore[attr-defined]
     assert record_number(parked.value()) == 42  # type: ignore[attr-defined]
     assert headers["kafleet.error.type"] == b"builtins.ValueError"

@@ -4,7 +4,8 @@ Owns: producing N records whose key and value say which record they are, so that
 check that nothing was lost, duplicated or reordered. Record ``i`` has key ``key-{i % keys}``
 and a value that starts with ``{i}:`` and is padded to ``value_size`` bytes.
 
-Does not own: topics (``tests/conftest.py``'s ``topic_factory``) or any consumer.
+Also reads records back (``read_records``). Does not own: topics (``tests/conftest.py``'s
+``topic_factory``) or any consumer.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 
 def record_key(i: int, keys: int) -> bytes:
@@ -23,6 +24,21 @@ def record_key(i: int, keys: int) -> bytes:
 def record_value(i: int, value_size: int) -> bytes:
     head = f"{i}:".encode()
     return head + b"x" * max(0, value_size - len(head))
+
+
+def read_records(kafka: str, topic: str, count: int, timeout_s: float = 30.0) -> list[Message]:
+    """Up to ``count`` records of ``topic`` from its start, read by a group of its own, within
+    ``timeout_s`` (fewer if fewer came)."""
+    reader = Consumer(
+        {"bootstrap.servers": kafka, "group.id": f"reader-{topic}", "auto.offset.reset": "earliest"}
+    )
+    reader.subscribe([topic])
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(m for m in reader.consume(100, 0.5) if m.error() is None)
+    reader.close()
+    return got
 
 
 def record_number(value: bytes) -> int:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tests.infra import processes
 from tests.infra.kafka import REPO_ROOT, TestbedError, free_port
@@ -36,6 +36,22 @@ POM = Path(__file__).with_name("spark-pom.xml")
 JARS = REPO_ROOT / ".cache" / "spark" / f"delta-{DELTA_VERSION}"
 STREAMING_POM = REPO_ROOT / "bench" / "streaming-pom.xml"
 STREAMING_JARS = REPO_ROOT / ".cache" / "spark" / "streaming-kafka-4.2.0"
+
+
+def spark_fields(table: str, **more: Any) -> dict[str, Any]:
+    """A consumer config's ``spark`` section for a test: a local Spark of 2 cores writing
+    ``table`` with Delta's jars; ``more`` adds or replaces its fields (``batch`` defaults to a
+    200 ms linger)."""
+    batch = more.pop("batch", {"linger_ms": 200})
+    return {
+        "spark": {
+            "table": table,
+            "master": "local[2]",
+            "jars": [str(JARS)],
+            "batch": batch,
+            **more,
+        }
+    }
 
 
 def delta_jars() -> list[Path]:

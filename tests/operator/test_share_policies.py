@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import jpype
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from hypothesis import given
@@ -430,7 +431,17 @@ def test_a_share_group_reads_its_own_states_never_a_consumer_groups_commits() ->
     assert lag_reader.lag_of(found, snapshots.Want("billing", ("orders",))).total == 180
 
 
-def test_without_a_share_client_every_share_group_says_what_to_set_and_starts_no_jvm() -> None:
+def _no_jvm(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The JVM's starts, recorded instead of made."""
+    started: list[object] = []
+    monkeypatch.setattr(jpype, "startJVM", lambda *a, **k: started.append((a, k)))
+    return started
+
+
+def test_without_a_share_client_every_share_group_says_what_to_set_and_starts_no_jvm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = _no_jvm(monkeypatch)
     offsets = share_lag.ShareOffsets("127.0.0.1:9", Security(), None)
 
     answers = offsets.read(["billing", "refunds"], 1.0)
@@ -444,9 +455,13 @@ def test_without_a_share_client_every_share_group_says_what_to_set_and_starts_no
     assert "--share-classpath" in text
     error = snapshots.Failure(code, text).exception()
     assert lag_reader.is_share_client_missing(error)
+    assert started == []
 
 
-def test_a_classpath_without_kafkas_client_is_named_and_starts_no_jvm() -> None:
+def test_a_classpath_without_kafkas_client_is_named_and_starts_no_jvm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = _no_jvm(monkeypatch)
     offsets = share_lag.ShareOffsets("127.0.0.1:9", Security(), "/nonexistent/*")
 
     answer = offsets.read(["billing"], 1.0)["billing"]
@@ -456,6 +471,7 @@ def test_a_classpath_without_kafkas_client_is_named_and_starts_no_jvm() -> None:
     assert code == KafkaError._NOT_CONFIGURED
     assert "KAFLEET_SHARE__CLASSPATH=/nonexistent/*" in text
     assert "kafka-clients" in text
+    assert started == []
 
 
 class FakeShares:

@@ -18,22 +18,9 @@ from pyspark.sql import DataFrame, SparkSession
 from kafleet import ParallelConsumer, Record
 from kafleet.spark.sink import BatchInfo
 from tests.conftest import ConfigFactory, TopicFactory
-from tests.infra import spark as spark_infra
 from tests.infra.records import ProduceReport, record_number
+from tests.infra.spark import spark_fields
 from tests.infra.waiting import wait_until
-
-
-def spark_fields(table: str, **more: Any) -> dict[str, Any]:
-    batch = more.pop("batch", {"linger_ms": 200})
-    return {
-        "spark": {
-            "table": table,
-            "master": "local[2]",
-            "jars": [str(spark_infra.JARS)],
-            "batch": batch,
-            **more,
-        }
-    }
 
 
 class Order(BaseModel):

@@ -14,8 +14,8 @@ from confluent_kafka import Message
 from kafleet import ParallelConsumer, batch_handler
 from tests.conftest import ConfigFactory, TopicFactory
 from tests.infra.records import ProduceReport, record_number
+from tests.infra.spark import spark_fields
 from tests.infra.waiting import wait_until
-from tests.spark.test_spark_sink import spark_fields
 
 
 @batch_handler
