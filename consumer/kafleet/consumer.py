@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from kafleet.config.model import ConsumerConfig
-from kafleet.engine.dead_letter import DeadLetterWriter, ensure_topic
+from kafleet.engine.dead_letter import DeadLetterWriter, ensure_topic, producer_config
 from kafleet.engine.executor import Executor, ResultSink, ResultsSink
 from kafleet.engine.handlers import Handler, TableRows
 from kafleet.engine.offsets import OffsetTracker
@@ -93,9 +93,9 @@ class ParallelConsumer:
             on_results = partial(_each, on_result)
         self.dead_letters = (
             DeadLetterWriter(
-                _producer_config(config),
+                producer_config(config),
                 config.effective_dead_letter_topic,
-                partial(ensure_topic, _producer_config(config), config),
+                partial(ensure_topic, producer_config(config), config),
             )
             if config.on_failure == "dead-letter"
             else None
@@ -276,7 +276,3 @@ def _each(on_result: ResultSink, run: Run, pairs: list[tuple[Any, Any]] | TableR
         pairs = [(of_message(*run.tp, m), row) for m, row in zip(pairs.messages, rows, strict=True)]
     for record, result in pairs:
         on_result(record, result)
-
-
-def _producer_config(config: ConsumerConfig) -> dict[str, str | int | float | bool]:
-    return {"bootstrap.servers": config.bootstrap_servers, **config.security.properties()}

@@ -33,6 +33,11 @@ START_CHECK_S = 15.0  # how long the start waits for the cluster to answer the t
 log = logging.getLogger(__name__)
 
 
+def producer_config(config: ConsumerConfig) -> dict[str, str | int | float | bool]:
+    """The dead-letter writer's client settings: the cluster and its security, nothing else."""
+    return {"bootstrap.servers": config.bootstrap_servers, **config.security.properties()}
+
+
 def dead_letter_headers(
     record: Record, error: BaseException, attempts: int, group_id: str
 ) -> list[tuple[str, str | bytes | None]]:

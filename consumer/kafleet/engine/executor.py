@@ -237,9 +237,7 @@ class Executor:
     def succeeded_each(self, latencies: list[float]) -> None:
         """Records of one record's runs handled in these times (the coroutine path's)."""
         self.stats.observe_each(latencies)
-        self._recent.extend(latencies)
-        for seconds in latencies:
-            self._latency += (seconds - self._latency) * 0.05
+        self._recent.extend(latencies)  # (no moving average: coroutine runs are not sized by it)
 
     def succeeded(self, seconds: float, records: int) -> None:
         self.stats.observe_run(seconds, records)

@@ -56,7 +56,10 @@ class FunctionRuns:
                     ex.ship(run, [(record, result)])
                 handled += 1
             except Exception as exc:  # noqa: BLE001 - any handler failure goes to the policy
-                if self._record_failed(record, message, run, exc) == "back":
+                failed_at = time.monotonic()
+                outcome = self._record_failed(record, message, run, exc)
+                started += time.monotonic() - failed_at  # retries and backoff: not the run's
+                if outcome == "back":
                     ex.report(active, back=1)
                     continue
             active.done = i + 1

@@ -27,7 +27,7 @@ from kafleet.errors import HandlerError
 from kafleet.health.state import Stats
 from kafleet.share.client import Ack, ShareRecord
 from kafleet.share.member import Member, Outcome
-from kafleet.share.outcomes import After, Failure, after_failure, last_delivery
+from kafleet.share.outcomes import After, Failure, after_failure
 from kafleet.share.state import ShareCounts
 
 log = logging.getLogger("kafleet.share.share_consumer")
@@ -115,26 +115,18 @@ class Attempts:
         ``stopped``: a stop cut the wait before another attempt short."""
         share = self.config.share
         backoff = 0.0
-        if stopped:
-            last = last_delivery(record.delivery_count, share.delivery_limit)
-            after = After.DEAD_LETTER if last else After.RELEASE
-        else:
+        if not stopped:  # a stop that cut the wait short: this failure is counted already
             self.stats.add(records_failed=1)
             backoff = retry.backoff_s(self.config.retry, attempt)
-            failure = Failure(
-                attempt,
-                record.delivery_count,
-                member.lock_left_s(),
-                backoff,
-                time.monotonic() - started,
-            )
-            after = after_failure(
-                failure,
-                self.config.retry,
-                share.delivery_limit,
-                member.lock_s,
-                member.stopping.is_set(),
-            )
+        lasted = time.monotonic() - started
+        failure = Failure(attempt, record.delivery_count, member.lock_left_s(), backoff, lasted)
+        after = after_failure(
+            failure,
+            self.config.retry,
+            share.delivery_limit,
+            member.lock_s,
+            stopped or member.stopping.is_set(),
+        )
         where = f"{record.record} (delivery {record.delivery_count} of {share.delivery_limit})"
         failed = f"attempt {attempt} on {where} failed ({type(exc).__name__}: {exc})"
         if after is After.RETRY:

@@ -177,7 +177,7 @@ class Member:
         now = time.monotonic()
         lock_ms = client.lock_ms()
         self.lock_deadline = now + (lock_ms / 1000 if lock_ms else self.lock_s)
-        self.counts.polled(records, self.delivery_limit)
+        self.counts.polled(records)
         for record in records:
             self.in_hand[id(record)] = (record, now)
         if self._accept_first:  # at-most-once: done for the group before its handler runs

@@ -25,7 +25,7 @@ from typing import Any
 
 from kafleet.config.model import ConsumerConfig
 from kafleet.config.share import admin_properties, java_properties, lock_ms
-from kafleet.engine.dead_letter import DeadLetterWriter, ensure_topic
+from kafleet.engine.dead_letter import DeadLetterWriter, ensure_topic, producer_config
 from kafleet.engine.handlers import Handler, kind_of
 from kafleet.engine.record import Record
 from kafleet.errors import ConfigError, FieldProblem
@@ -80,9 +80,9 @@ class ShareConsumer:
         self.concurrency = config.concurrency
         self.lag: dict[tuple[str, int], int | None] = {}
         self.dead_letters = DeadLetterWriter(
-            _producer_config(config),
+            producer_config(config),
             config.effective_dead_letter_topic,
-            lambda timeout: ensure_topic(_producer_config(config), config, timeout),
+            lambda timeout: ensure_topic(producer_config(config), config, timeout),
         )
         self.attempts = Attempts(
             handler,
@@ -311,7 +311,3 @@ def _sink_backoff(config: ConsumerConfig) -> Backoff:
     if spark is None:
         return Backoff()
     return Backoff(spark.retry_backoff_ms / 1000, spark.max_retry_backoff_ms / 1000)
-
-
-def _producer_config(config: ConsumerConfig) -> dict[str, str | int | float | bool]:
-    return {"bootstrap.servers": config.bootstrap_servers, **config.security.properties()}

@@ -43,7 +43,7 @@ class ShareCounts:
             for name, delta in deltas.items():
                 setattr(self, name, getattr(self, name) + delta)
 
-    def polled(self, records: list[ShareRecord], delivery_limit: int) -> None:
+    def polled(self, records: list[ShareRecord]) -> None:
         with self._lock:
             self.polls += 1
             self.acquired += len(records)
