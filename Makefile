@@ -153,6 +153,14 @@ kafka-up: venv ## Start a development Kafka broker (reused if running); prints i
 kafka-down: venv ## Stop the development Kafka broker.
 	$(KAFKA) down
 
+.PHONY: kafka-cluster-up
+kafka-cluster-up: venv jars ## Start a development cluster of three Kafka brokers (reused if running; a node left down is started); prints its bootstrap servers.
+	$(PY) -m tests.infra.kafka_cluster up
+
+.PHONY: kafka-cluster-down
+kafka-cluster-down: venv ## Stop the development cluster of three brokers.
+	$(PY) -m tests.infra.kafka_cluster down
+
 .PHONY: delta-jars
 delta-jars: venv jars ## Fetch Delta Lake's jars for the pip-installed Spark from Maven Central (once).
 	@$(PY) -m tests.infra.spark jars >/dev/null
@@ -257,6 +265,7 @@ demo: kafka-up delta-jars ## Start a broker, round-trip records, bill slow order
 .PHONY: clean
 clean: ## Stop the development broker and control plane, remove caches of the tools (keeps .cache and .venv).
 	-@[ -x $(PY) ] && $(KAFKA) down || true
+	-@[ -x $(PY) ] && $(PY) -m tests.infra.kafka_cluster down || true
 	-@[ -x $(PY) ] && $(NODE) down || true
 	-@[ -x $(PY) ] && $(K8S) down || true
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist bench/results

@@ -1,7 +1,8 @@
 """The test bed: fixtures that give every test real components, started by the project itself.
 
 Owns: one Kafka broker per test session (``kafka_broker``, ``kafka``; ``kafka_sasl`` is its
-SASL/SCRAM listener), factories for topics and
+SASL/SCRAM listener) and, for the tests of moves and failures, a cluster of three
+(``kafka_cluster``, ``cluster_intact``), factories for topics and
 consumer groups with unique names, a fast producer of numbered records; one Kubernetes control
 plane per session (``k8s``: kubeconfig, API client, kubectl) with a fresh ``namespace`` per
 test; real KEDA on that control plane (``keda``); and the report of a failed test (the broker's
@@ -30,7 +31,6 @@ from typing import Any, Protocol
 
 import kubernetes
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes.client import ApiClient
 from pyspark.sql import SparkSession
@@ -40,24 +40,16 @@ from kafleet.share import jvm as share_jvm
 from tests.infra import images, node_host, node_runtime, processes
 from tests.infra import k8s as k8s_infra
 from tests.infra import kafka as kafka_infra
+from tests.infra import kafka_cluster as kafka_cluster_infra
 from tests.infra import keda as keda_infra
 from tests.infra import node as node_infra
+from tests.infra import offsets as offsets_infra
 from tests.infra import spark as spark_infra
 from tests.infra.kafka import TestbedError
 from tests.infra.records import ProduceReport, produce_numbered
 
 _broker: kafka_infra.KafkaBroker | None = None
 REPO = Path(__file__).resolve().parents[1]
-COORDINATOR_MOVING = {
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-}
-LEADER_COMING_UP = {
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-}
 
 
 @pytest.fixture(scope="session")
@@ -81,6 +73,36 @@ def kafka_broker() -> Iterator[kafka_infra.KafkaBroker]:
         gc.collect()
         broker.stop()
         _broker = None
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[kafka_cluster_infra.KafkaCluster]:
+    """Three Kafka brokers (a quorum of three combined KRaft nodes, internal topics replicated
+    three times, ``min.insync.replicas`` 2) for the tests of moves and failures; started for
+    this test session and stopped after. A test that stops or kills a node brings it back
+    (``cluster.revive``); whatever it left down is started again before the next test
+    (``cluster_intact``)."""
+    runs = kafka_infra.CACHE / "cluster-runs"
+    processes.reap_stale_runs(runs)
+    try:
+        cluster = kafka_cluster_infra.start_cluster(runs / f"session-{os.getpid()}")
+    except kafka_infra.TestbedError as exc:
+        pytest.fail(f"the test bed could not start a Kafka cluster: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        gc.collect()
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster_intact(
+    kafka_cluster: kafka_cluster_infra.KafkaCluster,
+) -> Iterator[kafka_cluster_infra.KafkaCluster]:
+    """The session's cluster with every node up, before and after the test."""
+    kafka_cluster.start()
+    yield kafka_cluster
+    kafka_cluster.start()
 
 
 @pytest.fixture(scope="session")
@@ -324,51 +346,13 @@ def worker(worker_processes: WorkerProcesses) -> Callable[..., subprocess.Popen[
 def committed_offsets(kafka: str) -> Callable[[str, str, int], dict[int, int]]:
     """``committed_offsets(group, topic, partitions)``: partition -> committed offset (-1001
     where nothing is committed), read by a separate client."""
-
-    def read(group: str, topic: str, partitions: int) -> dict[int, int]:
-        reader = Consumer({"bootstrap.servers": kafka, "group.id": group})
-        deadline = time.monotonic() + 20
-        try:
-            while True:
-                try:
-                    tps = reader.committed(
-                        [TopicPartition(topic, p) for p in range(partitions)], 10
-                    )
-                    return {tp.partition: tp.offset for tp in tps}
-                except KafkaException as exc:  # the coordinator may be moving or loading
-                    error = exc.args[0]
-                    transient = error.retriable() or error.code() in COORDINATOR_MOVING
-                    if not transient or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-        finally:
-            reader.close()
-
-    return read
+    return functools.partial(offsets_infra.committed, kafka)
 
 
 @pytest.fixture
-def end_offsets(admin: AdminClient, kafka: str) -> Callable[[str, int], dict[int, int]]:
-    def read(topic: str, partitions: int) -> dict[int, int]:
-        reader = Consumer({"bootstrap.servers": kafka, "group.id": "end-offsets-reader"})
-        deadline = time.monotonic() + 30
-        try:
-            while True:
-                try:
-                    return {
-                        p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                        for p in range(partitions)
-                    }
-                except KafkaException as exc:  # a new topic's leader may be coming up
-                    error = exc.args[0]
-                    transient = error.retriable() or error.code() in LEADER_COMING_UP
-                    if not transient or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-        finally:
-            reader.close()
-
-    return read
+def end_offsets(kafka: str) -> Callable[[str, int], dict[int, int]]:
+    """``end_offsets(topic, partitions)``: partition -> log-end offset."""
+    return functools.partial(offsets_infra.log_ends, kafka)
 
 
 @pytest.fixture(scope="session")

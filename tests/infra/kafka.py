@@ -340,21 +340,22 @@ class KafkaBroker:
             )
         return done.stdout
 
+    def _quorum_arguments(self) -> list[str]:
+        """The storage tool's cluster id and quorum: a new cluster of this one node."""
+        return ["--cluster-id", new_cluster_id(), "--standalone"]
+
     def _format(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._config_path.write_text(
             "".join(f"{key}={value}\n" for key, value in self._properties().items())
         )
         (self.workdir / "log4j2.properties").write_text(LOG4J2.format(log=self.log_path))
-        cluster_id = new_cluster_id()
         self._tool(
             "kafka.tools.StorageTool",
             "format",
             "--config",
             str(self._config_path),
-            "--cluster-id",
-            cluster_id,
-            "--standalone",
+            *self._quorum_arguments(),
             "--feature",
             "share.version=1",
             *(
@@ -369,8 +370,14 @@ class KafkaBroker:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the node (formatting it on first use) and wait until it serves metadata."""
+        if self.launch():
+            self.wait_ready(timeout)
+
+    def launch(self) -> bool:
+        """Start the node's process (formatting it on first use) without waiting for it;
+        False if it was running already."""
         if self.pid is not None and processes.alive(self.pid):
-            return
+            return False
         if not (self.workdir / "data" / "meta.properties").exists():
             self._format()
         self.pid = processes.spawn(
@@ -378,9 +385,10 @@ class KafkaBroker:
             self.workdir / "stdout.log",
         )
         self._save_state()
-        self._wait_ready(timeout)
+        return True
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Wait until the node serves metadata naming at least one broker."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})

@@ -1,0 +1,69 @@
+"""Reading a group's committed offsets and a topic's log ends from the outside, by a client of
+their own, as Kafka's ConsumerGroupCommand does: what tests check delivery against.
+
+Owns: asking again while a coordinator moves or loads, or a new topic's leader comes up (on a
+cluster that rolls, both happen mid-test), up to a deadline. Does not own topics, producers or
+the consumers under test.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
+LEADER_COMING_UP = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
+
+
+def _transient(exc: KafkaException, codes: set[int]) -> bool:
+    error = exc.args[0]
+    return bool(error.retriable()) or error.code() in codes
+
+
+def committed(
+    bootstrap: str, group: str, topic: str, partitions: int, timeout_s: float = 20.0
+) -> dict[int, int]:
+    """Partition -> ``group``'s committed offset in ``topic`` (-1001 where none)."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                tps = reader.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+                return {tp.partition: tp.offset for tp in tps}
+            except KafkaException as exc:
+                if not _transient(exc, COORDINATOR_MOVING) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        reader.close()
+
+
+def log_ends(
+    bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0
+) -> dict[int, int]:
+    """Partition -> ``topic``'s log-end offset (high watermark)."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets-reader"})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                return {
+                    p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in range(partitions)
+                }
+            except KafkaException as exc:
+                if not _transient(exc, LEADER_COMING_UP) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        reader.close()
