@@ -235,6 +235,8 @@ class ParallelConsumer:
             "joined": self.poller.joined,
             "max_poll_interval_ms": self.config.max_poll_interval_ms,
             "processing_timeout_s": self.config.processing_timeout_s,
+            "fetch_stall_timeout_ms": self.poller.fetch_watch.timeout_ms,  # 0: not watched
+            "stalled_partitions": self.poller.fetch_watch.snapshot(),
             "assigned": [f"{t}[{p}]" for t, p in self.poller.assignment],
             "partitions": partitions,
             "in_flight": self.queues.in_flight,

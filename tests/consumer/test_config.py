@@ -65,6 +65,18 @@ def test_topics_may_be_a_comma_separated_string_from_an_environment_variable(
         ({"security": {"protocol": "SASL_SSL"}}, "security", "sasl_mechanism is required"),
         ({"max_poll_interval_ms": 5000}, "session_timeout_ms", "must not exceed"),
         ({"unknown_field": 1}, "unknown_field", "Extra inputs are not permitted"),
+        ({"fetch_stall_timeout_ms": -1}, "fetch_stall_timeout_ms", "greater than or equal to 0"),
+        ({"fetch_stall_timeout_ms": 500}, "fetch_stall_timeout_ms", "0 (the watch off) or at"),
+        (
+            {"fetch_stall_timeout_ms": 5000, "statistics_interval_ms": 0},
+            "fetch_stall_timeout_ms",
+            "needs librdkafka's statistics",
+        ),
+        (
+            {"fetch_stall_timeout_ms": 5000, "statistics_interval_ms": 3000},
+            "fetch_stall_timeout_ms",
+            "at least twice statistics_interval_ms (3000)",
+        ),
     ],
 )
 def test_a_bad_value_is_rejected_naming_the_field_and_the_reason(
@@ -75,6 +87,22 @@ def test_a_bad_value_is_rejected_naming_the_field_and_the_reason(
 
     assert field in caught.value.fields
     assert reason in str(caught.value)
+
+
+def test_the_fetch_stall_watch_is_on_by_default_and_off_with_0_or_without_statistics() -> None:
+    from kafleet.engine.fetch_watch import FetchWatch
+    from kafleet.health.state import Stats
+
+    def bound(**fields: object) -> int:
+        config = load_config(None, {**BASE, **fields})
+        return FetchWatch(config, Stats(), lambda tp: False, lambda c, tps: []).timeout_ms
+
+    assert bound() == 60_000
+    assert bound(fetch_stall_timeout_ms=5000, statistics_interval_ms=2500) == 5000
+    assert bound(statistics_interval_ms=45_000) == 90_000  # the default stretches to fit
+    assert bound(fetch_stall_timeout_ms=0) == 0
+    assert bound(statistics_interval_ms=0) == 0  # the default: no statistics, no watch
+    assert "--fetch-stall-timeout-ms" in markdown()
 
 
 def test_a_file_that_is_not_yaml_is_rejected_with_the_file_named(tmp_path: Path) -> None:

@@ -97,3 +97,46 @@ def test_a_record_hung_in_the_handler_of_a_partition_no_longer_assigned_is_not_l
 
     assert not ok
     assert "no longer assigned" in body
+
+
+def stall(restarts: int) -> dict[str, Any]:
+    return {
+        "fetch_stall_timeout_ms": 60_000,
+        "stalled_partitions": {
+            "t[2]": {
+                "topic": "t",
+                "partition": 2,
+                "lag": 340,
+                "quiet_s": 70.0,
+                "restarts": restarts,
+            }
+        },
+    }
+
+
+def test_a_partition_that_fetches_nothing_makes_the_worker_unready_naming_it_but_still_live() -> (
+    None
+):
+    verdict = readiness(state(**stall(restarts=1)), NOW)
+
+    assert not verdict.ok
+    assert verdict.reasons == [
+        "t[2] fetches nothing: 340 records behind its log end and no record for 70.5 s, since "
+        "1970-01-12T13:45:29Z (fetch_stall_timeout_ms 60000); its fetch restarted 1 time "
+        "(librdkafka#5586)"
+    ]
+    assert live(state(**stall(restarts=2)))[0]  # the worker is restarting that fetch itself
+
+
+def test_a_partition_still_stalled_after_three_restarts_of_its_fetch_fails_liveness() -> None:
+    ok, body = live(state(**stall(restarts=3)))
+
+    assert not ok
+    assert "- t[2] fetches nothing: 340 records behind its log end" in body
+    assert "although its fetch was restarted 3 times: a restart of the worker is the cure" in body
+
+
+def test_a_worker_with_no_stalled_partition_or_an_older_one_without_the_key_is_unaffected() -> None:
+    assert readiness(state(stalled_partitions={}), NOW).ok
+    assert readiness(state(), NOW).ok
+    assert live(state(stalled_partitions={}))[0]

@@ -61,6 +61,13 @@ STATE = {
     "abandoned_in_flight": 0,
     "config_rejections": 2,
     "config_rejected": "invalid configuration (worker.yaml):\n  - concurrency: ...",
+    "fetch_stalls": 2,
+    "fetch_restarts": 3,
+    "fetch_stalls_recovered": 1,
+    "fetch_stall_timeout_ms": 60_000,
+    "stalled_partitions": {
+        "orders[0]": {"topic": "orders", "partition": 0, "lag": 25, "quiet_s": 80.0, "restarts": 2}
+    },
 }
 
 # A share-mode worker's state: no assignment, no partitions; the share group's counts and lag.
@@ -156,6 +163,17 @@ def test_rejected_config_changes_are_counted_and_flagged_until_a_good_change_cle
     assert 'kafleet_config_rejected{group="billing"} 1.0' in rejected
     assert 'kafleet_config_rejections_total{group="billing"} 2.0' in cleared
     assert 'kafleet_config_rejected{group="billing"} 0.0' in cleared
+
+
+def test_partitions_that_fetch_nothing_are_counted_and_their_stalls_and_restarts_totalled() -> None:
+    stalled = scrape()
+    flowing = scrape({**STATE, "stalled_partitions": {}})
+
+    assert value(stalled, "kafleet_fetch_stalled_partitions") == 1
+    assert value(flowing, "kafleet_fetch_stalled_partitions") == 0
+    assert value(stalled, "kafleet_fetch_stalls_total") == 2
+    assert value(stalled, "kafleet_fetch_restarts_total") == 3
+    assert value(stalled, "kafleet_fetch_stalls_recovered_total") == 1
 
 
 BASE_UNITS = ("seconds", "bytes", "ratio", "volts", "amperes", "joules", "grams", "meters")

@@ -189,6 +189,15 @@ class ConsumerConfig(BaseSettings):
         le=600_000,
         description="librdkafka statistics (log-end offsets for lag); 0 turns them off",
     )
+    fetch_stall_timeout_ms: int = Field(
+        60_000,
+        ge=0,
+        le=3_600_000,
+        description="a partition assigned, not paused by kafleet, behind its log end and given "
+        "no record for this long has stopped fetching (librdkafka#5586): /readyz names it and "
+        "its fetch is restarted, without restarting the worker; 0 (or statistics_interval_ms "
+        "0) turns the watch off",
+    )
     spark: SparkSettings | None = Field(
         None, description="ship handler results in batches to a Spark job (unset: no sink)"
     )

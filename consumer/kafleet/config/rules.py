@@ -3,10 +3,10 @@
 Owns: ``config_problems``, every rule across fields as (field, reason) pairs, in a fixed order
 (``ConsumerConfig`` joins them into one error; ``config_error`` makes a ``FieldProblem`` of
 each): topics or a pattern; the group protocol's and a revoke's timeouts against the poll
-interval; a poll within the queue's bound; what exactly-once asks of the Spark sink, and
-idempotent writes of its rows; a valid default dead-letter topic; a Spark batch within the
-queue's bound. Also ``TOPIC_NAME``, the topic names Kafka accepts (``dead_letter_topic`` is
-checked against it too).
+interval; the fetch-stall bound against the statistics it reads; a poll within the queue's
+bound; what exactly-once asks of the Spark sink, and idempotent writes of its rows; a valid
+default dead-letter topic; a Spark batch within the queue's bound. Also ``TOPIC_NAME``, the
+topic names Kafka accepts (``dead_letter_topic`` is checked against it too).
 
 Does not own: the settings, their bounds and the derived values the rules read
 (``config/model.py``), a share group's own rules (``share_problems`` in ``config/share.py``,
@@ -50,6 +50,7 @@ def config_problems(config: ConsumerConfig) -> Iterator[tuple[str, str]]:
         and config.session_timeout_ms > config.max_poll_interval_ms
     ):
         yield "session_timeout_ms", "must not exceed max_poll_interval_ms"
+    yield from _fetch_stall_problems(config)
     explicit = "max_poll_records" in config.model_fields_set  # the default is capped anyway
     if explicit and config.max_poll_records > config.queue.max_records:
         yield "max_poll_records", "must not exceed queue.max_records"
@@ -86,4 +87,27 @@ def config_problems(config: ConsumerConfig) -> Iterator[tuple[str, str]]:
             "spark.batch.max_records",
             f"must not exceed queue.max_records ({config.queue.max_records}): results "
             "waiting for their batch count against the partition's queue",
+        )
+
+
+def _fetch_stall_problems(config: ConsumerConfig) -> Iterator[tuple[str, str]]:
+    """The watch over fetching (``engine/fetch_watch.py``) judges librdkafka's statistics: it
+    needs them, fresh within the bound. Checked when the bound is given; the default stretches
+    to twice the statistics interval, and with statistics off the watch is off."""
+    bound = config.fetch_stall_timeout_ms
+    if "fetch_stall_timeout_ms" not in config.model_fields_set or bound == 0:
+        return
+    if bound < 1000:
+        yield "fetch_stall_timeout_ms", "give 0 (the watch off) or at least 1000"
+    elif config.statistics_interval_ms == 0:
+        yield (
+            "fetch_stall_timeout_ms",
+            "needs librdkafka's statistics (statistics_interval_ms above 0: they tell a fetcher "
+            "that stopped from one past a transaction marker); give 0 to turn the watch off",
+        )
+    elif bound < 2 * config.statistics_interval_ms:
+        yield (
+            "fetch_stall_timeout_ms",
+            f"must be at least twice statistics_interval_ms ({config.statistics_interval_ms}): "
+            "each judgement needs a fresh reading of librdkafka's statistics",
         )

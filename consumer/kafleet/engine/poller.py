@@ -6,7 +6,8 @@ reading what the client holds into the intake and handing at most ``max_poll_rec
 poll to the queues, fairly across partitions (``intake.py``, KIP-41); ``pause``/``resume`` as
 the queues report; restarting a partition's tracking when its offsets go back (a log truncation
 or an offset reset, found by ``intake.py``); librdkafka's statistics (log ends for lag) and
-errors; and an orderly close.
+errors; driving the watch over fetching (``fetch_watch.py``: partitions that stopped fetching,
+librdkafka#5586); and an orderly close.
 
 Does not own committing (``commits.py``), holding a poll's records until a commit covering them
 is acknowledged (at most once, ``at_most_once.py``), the rebalance callbacks (``rebalance.py``,
@@ -16,7 +17,6 @@ run inside ``consume`` on this thread), running handlers (``executor.py``) or th
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from kafleet.config.model import ConsumerConfig
 from kafleet.engine.at_most_once import Hold
 from kafleet.engine.commits import Committer
+from kafleet.engine.fetch_watch import FetchWatch
 from kafleet.engine.intake import Intake, assigned_stretches, trim_rewinds
 from kafleet.engine.offsets import OffsetTracker
 from kafleet.engine.partition_state import TP
@@ -72,6 +73,7 @@ class Poller:
         self.committer = Committer(offsets, stats, config.commit_interval_ms / 1000)
         self.rebalance = Rebalance(self, handler_p99)
         self.hold = Hold(self)  # at most once: a poll's records wait for their commit
+        self.fetch_watch = FetchWatch(config, stats, self._held, self.rebalance.resume_points)
 
     # -- control from other threads ---------------------------------------------------------
 
@@ -168,7 +170,10 @@ class Poller:
                 messages = self._consumer.consume(num_messages=1, timeout=timeout)
         self.stats.polled()
         if messages:
-            self.intake.stage(assigned_stretches(messages, self.assigned, self._on_error))
+            stretches = assigned_stretches(messages, self.assigned, self._on_error)
+            self.fetch_watch.saw(stretches)
+            self.intake.stage(stretches)
+        self.fetch_watch.check(self._consumer)
         if self.hold.waiting:
             return  # no periodic commit either: it would cover the records that wait
         if len(self.intake) and not self.closing:
@@ -228,18 +233,13 @@ class Poller:
         return result
 
     def _on_statistics(self, raw: str) -> None:
-        """librdkafka's statistics: keep each assigned partition's log end and position."""
-        try:
-            topics = json.loads(raw).get("topics", {})
-        except ValueError:
-            return
-        ends: dict[TP, tuple[int, int]] = {}
-        for topic, info in topics.items():
-            for number, part in info.get("partitions", {}).items():
-                tp = (topic, int(number))
-                if tp in self.assigned and part.get("hi_offset", -1) >= 0:
-                    ends[tp] = (int(part["hi_offset"]), int(part.get("app_offset", -1)))
-        self.log_ends = ends
+        """librdkafka's statistics: each assigned partition's log end and position."""
+        self.log_ends = self.fetch_watch.statistics(raw, self.assigned)
+
+    def _held(self, tp: TP) -> bool:
+        """Whether kafleet itself keeps ``tp`` from flowing (paused, stopping, revoking)."""
+        queues = self.queues
+        return self.closing or self.holding or queues.is_paused(tp) or not queues.is_open(tp)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():

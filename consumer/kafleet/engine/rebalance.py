@@ -10,8 +10,8 @@ Executor's threads meanwhile, from what their queues hold: while a revoke is pen
 fetches nothing for any partition.
 
 The callbacks run inside ``consume()`` on the Poller's thread, and act through the Poller's
-parts (queues, offsets, intake, committer, the at-most-once hold, shipper). Does not own
-polling (``poller.py``).
+parts (queues, offsets, intake, committer, the at-most-once hold, shipper, the watch over
+fetching). Does not own polling (``poller.py``).
 """
 
 from __future__ import annotations
@@ -76,19 +76,22 @@ class Rebalance:
         if p.shipper is not None:
             p.shipper.assign(tps)
         p.assigned.update(tps)
+        p.fetch_watch.assigned(tps)
         p.joined = True
         p.stats.add(assigned=len(tps), rebalances=1)
         log.info("assigned %s", tps)
         if p.offset_store is not None and tps:
-            consumer.incremental_assign(self._resume_points(consumer, tps))
+            consumer.incremental_assign(self.resume_points(consumer, tps))
         if p.closing or p.holding:
             consumer.pause([TopicPartition(*tp) for tp in tps])
 
-    def _resume_points(self, consumer: Consumer, tps: list[TP]) -> list[TopicPartition]:
-        """Exactly-once: where each partition resumes. The sink's output wins where it is
-        ahead of the committed offset (it was written, and the commit after it was not)."""
+    def resume_points(self, consumer: Consumer, tps: list[TP]) -> list[TopicPartition]:
+        """Where each partition starts on assignment (or a re-assignment, ``fetch_watch.py``):
+        the committed offset (the client finds it); for exactly-once, the sink's output wins
+        where it is ahead of the committed offset (it was written, the commit after it not)."""
         p = self.poller
-        assert p.offset_store is not None
+        if p.offset_store is None:
+            return [TopicPartition(*tp) for tp in tps]
         stored = p.offset_store.stored_offsets(tps)
         asked = [TopicPartition(*tp) for tp in stored]
         committed = {
@@ -183,6 +186,7 @@ class Rebalance:
         for tp in tps:
             p.offsets.remove(tp)
             p.assigned.discard(tp)
+        p.fetch_watch.forget(tps)
         p.queues.remove(tps)
         if p.shipper is not None:
             p.shipper.remove(tps)

@@ -14,13 +14,19 @@ Liveness fails (and Kubernetes restarts the pod) when the worker:
 - has had a record in its handler longer than ``processing_timeout_s`` (KIP-62: polling proves
   only that the process lives), its partition's or one no longer assigned (a revoke stopped
   waiting for it, and it still holds a thread);
+- has a partition that fetches nothing although its fetch was restarted
+  ``FETCH_RESTARTS_BEFORE_UNHEALTHY`` times (``engine/fetch_watch.py``, librdkafka#5586):
+  a restart of the process is the cure that is left;
 - hit a fatal error.
 A worker that is slow but polls, and whose records finish within the timeout, stays live.
 
 Readiness: the state is fresh, the worker is in the group (it has had an assignment, possibly
 empty: an idle member of a group with more members than partitions is legitimately ready),
-it is not stopping, and its sink (Spark), if any, is writing: a sink outage makes the worker
-unready, not dead, since restarting it cannot bring Spark back.
+it is not stopping, its sink (Spark), if any, is writing, and every partition it lets flow
+fetches: a sink outage makes the worker unready, not dead, since restarting it cannot bring
+Spark back; a partition that stopped fetching (``stalled_partitions``: behind its log end, no
+record for ``fetch_stall_timeout_ms``) makes it unready, named, while the worker restarts that
+fetch itself, and unhealthy only once that did not help.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+# A partition still stalled after this many restarts of its fetch fails liveness.
+FETCH_RESTARTS_BEFORE_UNHEALTHY = 3
 
 
 @dataclass(frozen=True)
@@ -112,9 +121,32 @@ def liveness(
                 f"{what} has been in its handler for {oldest + age:.1f} s, since "
                 f"{_at(now - oldest - age)} (processing_timeout_s {timeout:g})"
             )
+    for name, stall in _stalls(state):
+        restarts = int(stall.get("restarts", 0))
+        if restarts >= FETCH_RESTARTS_BEFORE_UNHEALTHY:
+            reasons.append(
+                f"{_stalled(name, stall, now, age, state)}, although its fetch was restarted "
+                f"{restarts} times: a restart of the worker is the cure left (librdkafka#5586)"
+            )
     if state.get("fatal_error"):
         reasons.append(f"fatal error: {state['fatal_error']}")
     return Verdict(not reasons, reasons)
+
+
+def _stalls(state: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return sorted((state.get("stalled_partitions") or {}).items())
+
+
+def _stalled(
+    name: str, stall: dict[str, Any], now: float, age: float, state: dict[str, Any]
+) -> str:
+    """How a partition that fetches nothing is described (its figures aged with the file)."""
+    quiet = float(stall.get("quiet_s", 0.0)) + age
+    return (
+        f"{name} fetches nothing: {stall.get('lag')} records behind its log end and no record "
+        f"for {quiet:.1f} s, since {_at(now - quiet)} (fetch_stall_timeout_ms "
+        f"{state.get('fetch_stall_timeout_ms')})"
+    )
 
 
 def readiness(
@@ -139,6 +171,13 @@ def readiness(
         )
     elif not state.get("joined"):
         reasons.append("the worker has not joined its group yet")
+    age = max(0.0, now - written)
+    for name, stall in _stalls(state):
+        restarts = int(stall.get("restarts", 0))
+        reasons.append(
+            f"{_stalled(name, stall, now, age, state)}; its fetch restarted {restarts} "
+            f"time{'s' * (restarts != 1)} (librdkafka#5586)"
+        )
     sink = state.get("sink") or {}
     if sink.get("failing_since"):
         reasons.append(

@@ -1,10 +1,10 @@
 """What the consumer has done and is doing: counters, timings, and the snapshot for the sidecar.
 
-Owns: thread-safe counters (records processed, retries, dead letters, commits, rebalances),
-the handler-latency histogram, revoke durations, the time of the last poll, the watched config
-file's rejected changes (how many, and why the last one, while it stands), and assembling a
-JSON-ready snapshot together with the queues' and the offset tracker's views. Does not own
-serving it (the sidecar), judging health (``assessment.py``) or lag (``lag.py``).
+Owns: thread-safe counters (records processed, retries, dead letters, commits, rebalances,
+fetch stalls), the handler-latency histogram, revoke durations, the time of the last poll, the
+watched config file's rejected changes (how many, and why the last one, while it stands), and
+assembling a JSON-ready snapshot together with the queues' and the offset tracker's views.
+Does not own serving it (the sidecar), judging health (``assessment.py``) or lag (``lag.py``).
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ class Stats:
     )
     revoke_timeouts: int = 0
     offset_rewinds: int = 0  # partitions whose position went back (truncation, reset)
+    fetch_stalls: int = 0  # partitions found fetching nothing while behind (librdkafka#5586)
+    fetch_stalls_recovered: int = 0  # of those, flowing again (no restart of the worker)
+    fetch_restarts: int = 0  # fetches restarted (seek, or a re-assignment of the partition)
     last_poll: float = field(default_factory=time.monotonic)
     polls: int = 0
     latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
@@ -145,6 +148,9 @@ class Stats:
                 "revoke_seconds": [seconds for _, seconds, _ in self.revokes],
                 "revoke_timeouts": self.revoke_timeouts,
                 "offset_rewinds": self.offset_rewinds,
+                "fetch_stalls": self.fetch_stalls,
+                "fetch_stalls_recovered": self.fetch_stalls_recovered,
+                "fetch_restarts": self.fetch_restarts,
                 "seconds_since_poll": time.monotonic() - self.last_poll,
                 "polls": self.polls,
                 "handler_latency": {

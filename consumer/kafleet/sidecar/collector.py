@@ -120,6 +120,7 @@ class StateCollector(Collector):
                     put(name, share.get(key))
                 lags = [lag for lag in (share.get("lag") or {}).values() if lag is not None]
                 put("share_group_lag_records", sum(lags) if lags else None)
+            put("fetch_stalled_partitions", len(state.get("stalled_partitions") or {}))
             put("config_rejections_total", state.get("config_rejections"))
             put("config_rejected", int(state.get("config_rejected") is not None))
             revokes = state.get("revoke_seconds") or []
@@ -199,6 +200,9 @@ COUNTERS: list[tuple[str, str]] = [
     ("partitions_revoked_total", "partitions_revoked_total"),
     ("partitions_lost_total", "partitions_lost_total"),
     ("offset_rewinds_total", "offset_rewinds"),
+    ("fetch_stalls_total", "fetch_stalls"),
+    ("fetch_restarts_total", "fetch_restarts"),
+    ("fetch_stalls_recovered_total", "fetch_stalls_recovered"),
     ("abandoned_in_flight_records", "abandoned_in_flight"),
     ("pauses_total", "pauses"),
     ("resumes_total", "resumes"),

@@ -107,6 +107,32 @@ METRICS: list[tuple[str, str, list[str], str]] = [
         G,
         "partitions whose position went back (log truncation, offset reset); tracking restarted",
     ),
+    (
+        "fetch_stalled_partitions",
+        "gauge",
+        G,
+        "assigned partitions that fetch nothing: not paused by kafleet, behind their log end, no "
+        "record for fetch_stall_timeout_ms (librdkafka#5586); /readyz names them",
+    ),
+    (
+        "fetch_stalls_total",
+        "counter",
+        G,
+        "partitions found fetching nothing while behind their log end",
+    ),
+    (
+        "fetch_restarts_total",
+        "counter",
+        G,
+        "fetches the worker restarted itself on such partitions (a seek, or a re-assignment of "
+        "that partition alone)",
+    ),
+    (
+        "fetch_stalls_recovered_total",
+        "counter",
+        G,
+        "stalled partitions that flowed again without a restart of the worker",
+    ),
     ("last_revoke_drain_seconds", "gauge", G, "how long the last revoke drained its partitions"),
     ("pauses_total", "counter", G, "partition pauses for back-pressure"),
     ("resumes_total", "counter", G, "partition resumes"),
