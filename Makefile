@@ -19,6 +19,10 @@ TEST_SPLIT ?= 1
 REAL_NODE_TESTS := tests/e2e tests/testbed/test_real_node.py
 SIDE_TESTS := $(REAL_NODE_TESTS) tests/operator/test_fleet_at_scale.py \
   tests/spark/test_spark_workers.py
+# The tests of moves and failures on a cluster of three brokers (tests/faults: rolling
+# bounces, killed coordinators and leaders, bounced workers) mostly wait on sessions and
+# elections: a third session beside the two.
+FAULT_TESTS := tests/faults
 # Real KEDA's tests: KEDA's build (10 to 20 minutes of both cores) would take a cold CI run past
 # its 40 minutes, so `make bench` builds it and runs them (`make test-keda` alone); `make test`
 # leaves them out.
@@ -115,10 +119,17 @@ test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run e
 	  mkdir -p .cache/test-logs; log=.cache/test-logs/side.log; \
 	  echo "the real node's tests and the slowest run beside the others; their output: $$log" \
 	    "(shown at the end)"; \
+	  faults=.cache/test-logs/faults.log; \
+	  echo "the three-broker cluster's tests run beside them too; their output: $$faults"; \
 	  $(PY) -m pytest $(SIDE_TESTS) >$$log 2>&1 & node=$$!; \
-	  status=0; $(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(KEDA_TESTS)) || status=$$?; \
+	  $(PY) -m pytest $(FAULT_TESTS) >$$faults 2>&1 & cluster=$$!; \
+	  status=0; \
+	  $(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(FAULT_TESTS) $(KEDA_TESTS)) \
+	    || status=$$?; \
 	  wait $$node || status=$$((status ? status : $$?)); \
+	  wait $$cluster || status=$$((status ? status : $$?)); \
 	  echo; echo "=== the real node's tests and the slowest ($$log) ==="; cat $$log; \
+	  echo; echo "=== the three-broker cluster's tests ($$faults) ==="; cat $$faults; \
 	  exit $$status; \
 	fi
 

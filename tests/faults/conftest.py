@@ -34,10 +34,12 @@ class Fleet:
         self.cluster, self.topic, self.group, self.folder = cluster, topic, group, folder
         self._processes = WorkerProcesses(cluster.bootstrap, folder)
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: dict[str, Path] = {}
 
     def start(self, name: str, *flags: str, delay: float = 0.005) -> subprocess.Popen[bytes]:
         """A worker named ``name`` (its receipts, state and log files carry the name; a
         worker started again under a name appends to them)."""
+        self.state_path(name).unlink(missing_ok=True)  # a killed worker's last word is stale
         proc = self._processes.start(
             self.topic,
             self.group,
@@ -49,6 +51,7 @@ class Fleet:
             },
         )
         self.workers[name] = proc
+        self._logs[name] = self.folder / f"worker-{len(self._processes.started) - 1}.log"
         return proc
 
     def state_path(self, name: str) -> Path:
@@ -110,8 +113,8 @@ class Fleet:
         return Delivery(dict(producer.acknowledged), read_receipts(self.folder))
 
     def log(self, name: str) -> str:
-        index = list(self.workers).index(name)
-        return (self.folder / f"worker-{index}.log").read_text(errors="replace")
+        """The log of the latest process started as ``name``."""
+        return self._logs[name].read_text(errors="replace")
 
 
 FleetFactory = Callable[..., Fleet]

@@ -93,6 +93,10 @@ class ClusterNode(KafkaBroker):
             "share.coordinator.state.topic.min.isr": MIN_INSYNC,
             "default.replication.factor": REPLICAS,
             "min.insync.replicas": MIN_INSYNC,
+            # KIP-848 members' sessions as long as the classic ones the README recommends
+            # (the broker's default is 45 s): a member killed for good costs a test 30 s.
+            "group.consumer.session.timeout.ms": 30_000,
+            "group.consumer.min.session.timeout.ms": 30_000,
         }
 
 
@@ -171,8 +175,9 @@ class KafkaCluster:
 
     def leader(self, topic: str, partition: int) -> int:
         """The node that leads ``topic[partition]`` now (-1: none)."""
-        metadata = self.admin().list_topics(topic, timeout=10).topics[topic]
-        return int(metadata.partitions[partition].leader)
+        metadata = self.admin().list_topics(topic, timeout=10).topics.get(topic)
+        found = metadata.partitions.get(partition) if metadata is not None else None
+        return int(found.leader) if found is not None else -1
 
     def coordinator(self, group: str) -> int:
         """The node that coordinates ``group`` now (it need not exist yet)."""
@@ -218,15 +223,17 @@ class KafkaCluster:
         bootstrap = ",".join(node.bootstrap for node in up)
         return up[0]._tool(main, "--bootstrap-server", bootstrap, *args, timeout=timeout)
 
-    def elect_preferred_leaders(self, topic: str) -> str:
+    def elect_preferred_leaders(self, topic: str, partitions: int) -> str:
         """Move each of ``topic``'s partitions' leadership back to its preferred replica."""
+        plan = self.workdir / f"elect-{topic}.json"
+        asked = [{"topic": topic, "partition": p} for p in range(partitions)]
+        plan.write_text(json.dumps({"partitions": asked}))
         return self.tool(
             "org.apache.kafka.tools.LeaderElectionCommand",
             "--election-type",
             "preferred",
-            "--topic",
-            topic,
-            "--all-topic-partitions",
+            "--path-to-json-file",
+            str(plan),
         )
 
     def reassign(self, topic: str, replicas: dict[int, list[int]], timeout: float = 120.0) -> None:

@@ -1,0 +1,120 @@
+"""Workers restarted while records flow (Kafka's ``test_consumer_bounce`` and
+``test_static_consumer_bounce``): a deploy rolls them one at a time, a node loss takes them all.
+
+A clean bounce (SIGTERM: drain, commit, leave) must hand over with nothing handled twice; a
+hard one (SIGKILL) must lose nothing, whatever it repeats. Static members (``group_instance_id``,
+as the operator sets it to the pod's name) that come back within the session timeout get their
+own partitions back, and the members that stayed see no revoke.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.faults.conftest import Fleet, FleetFactory
+from tests.faults.delivery import SteadyProducer
+from tests.faults.test_broker_roll import PARTITIONS, protocol_flags, wait_committed_to_end
+from tests.infra.kafka_cluster import KafkaCluster
+
+NAMES = ("a", "b", "c")
+
+
+def bounce(workers: Fleet, names: tuple[str, ...], how: str, flags: list[str]) -> None:
+    """Stop ``names`` (SIGTERM, each must exit 0; or SIGKILL), then start them again."""
+    for name in names:
+        if how == "clean":
+            assert workers.stop(name) == 0, workers.log(name)[-3000:]
+        else:
+            workers.kill(name)
+    for name in names:
+        workers.start(name, *flags)
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("how", ["clean", "hard"])
+@pytest.mark.parametrize("mode", ["rolling", "all-at-once"])
+def test_bounced_workers_lose_nothing_and_clean_bounces_repeat_nothing(
+    mode: str,
+    how: str,
+    protocol: str,
+    cluster_intact: KafkaCluster,
+    cluster_topic: Callable[[int], str],
+    fleet: FleetFactory,
+) -> None:
+    cluster = cluster_intact
+    topic = cluster_topic(PARTITIONS)
+    workers = fleet(topic)
+    flags = protocol_flags(protocol)
+    for name in NAMES:
+        workers.start(name, *flags)
+    workers.wait_assigned(PARTITIONS)
+
+    with SteadyProducer(cluster.bootstrap, topic, rate=200) as producer:
+        time.sleep(3)
+        started = time.time()
+        # A clean bounce costs a rebalance, a hard one a session timeout (30 s): two rounds
+        # of the first, one of the second.
+        for _ in range(2 if how == "clean" else 1):
+            groups = [(name,) for name in NAMES] if mode == "rolling" else [NAMES]
+            for names in groups:
+                bounce(workers, names, how, flags)
+                workers.wait_assigned(PARTITIONS, timeout=90)
+        ended = time.time()
+        time.sleep(3)
+    wait_committed_to_end(cluster.bootstrap, workers.group, topic)
+    assert workers.stop_all() == dict.fromkeys(NAMES, 0)
+
+    delivery = workers.delivery(producer)
+    print(f"\n{protocol}, {how} {mode}: {delivery.summary(started, ended)}")
+    assert not delivery.lost, f"lost {len(delivery.lost)} records, first {delivery.lost[:5]}"
+    if how == "clean":
+        assert delivery.duplicates == 0, "a clean bounce handed a record to two workers"
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("how", ["clean", "hard"])
+def test_a_bounced_static_member_takes_its_own_partitions_back_and_revokes_no_other(
+    how: str,
+    protocol: str,
+    cluster_intact: KafkaCluster,
+    cluster_topic: Callable[[int], str],
+    fleet: FleetFactory,
+) -> None:
+    cluster = cluster_intact
+    topic = cluster_topic(PARTITIONS)
+    workers = fleet(topic)
+
+    def flags(name: str) -> list[str]:
+        return [*protocol_flags(protocol), "--group-instance-id", f"{workers.group}-{name}"]
+
+    for name in NAMES:
+        workers.start(name, *flags(name))
+    workers.wait_assigned(PARTITIONS)
+    held = {name: sorted(workers.assigned(name)) for name in NAMES}
+    before = {name: workers.counters(name) for name in ("a", "b")}
+
+    with SteadyProducer(cluster.bootstrap, topic, rate=200) as producer:
+        time.sleep(3)
+        bounced = time.time()
+        bounce(workers, ("c",), how, flags("c"))
+        workers.wait_assigned(PARTITIONS, timeout=60)
+        back = time.time()
+        time.sleep(3)
+    wait_committed_to_end(cluster.bootstrap, workers.group, topic)
+    after = {name: workers.counters(name) for name in ("a", "b")}
+    again = {name: sorted(workers.assigned(name)) for name in NAMES}
+    assert workers.stop_all() == dict.fromkeys(NAMES, 0)
+
+    delivery = workers.delivery(producer)
+    print(
+        f"\n{protocol}, static {how}: back in {back - bounced:.1f} s: "
+        f"{delivery.summary(bounced, back)}"
+    )
+    assert not delivery.lost, f"lost {len(delivery.lost)} records, first {delivery.lost[:5]}"
+    assert again == held, "the static member came back to other partitions"
+    assert after == before, "a member that stayed was revoked while a static one bounced"
+    if how == "clean":
+        assert delivery.duplicates == 0
