@@ -22,7 +22,7 @@ SIDE_TESTS := $(REAL_NODE_TESTS) tests/operator/test_fleet_at_scale.py \
 # The tests of moves and failures on a cluster of three brokers (tests/faults: rolling
 # bounces, killed coordinators and leaders, bounced workers) mostly wait on sessions and
 # elections: a third session beside the two.
-FAULT_TESTS := tests/faults
+FAULT_TESTS := tests/faults tests/operator/test_lag_on_a_rolling_cluster.py
 # Real KEDA's tests: KEDA's build (10 to 20 minutes of both cores) would take a cold CI run past
 # its 40 minutes, so `make bench` builds it and runs them (`make test-keda` alone); `make test`
 # leaves them out.

@@ -1,23 +1,37 @@
 """Fixtures for the operator's tests on the real control plane and the real broker: the CRD
-installed once, real ``kafleet operator`` processes, and ConsumerGroups applied with kubectl."""
+installed once, real ``kafleet operator`` processes, and ConsumerGroups applied with kubectl;
+a group with a known lag on the three-broker cluster (``lagging_group``), and a group's
+autoscaling passes driven with the readings a test gives (``lag_passes``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import kopf
 import pytest
 import yaml
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from prometheus_client.parser import text_string_to_metric_families
 
+from kafleet_operator.policy import scaling
+from kafleet_operator.policy.conditions import Condition
+from kafleet_operator.policy.spec import parse_spec
+from kafleet_operator.reading import snapshots
+from kafleet_operator.reconcile import autoscaler, periodic
 from tests.conftest import REPO, K8s
 from tests.infra.kafka import free_port
+from tests.infra.kafka_cluster import KafkaCluster
 from tests.infra.waiting import wait_until
 
 CRD = REPO / "crds" / "consumergroups.kafleet.io.yaml"
@@ -190,3 +204,119 @@ def apply_ready(k8s: K8s, namespace: str, manifest: dict[str, Any]) -> dict[str,
     """Apply a ConsumerGroup and wait until the operator reports it Ready; the condition."""
     apply(k8s, namespace, manifest)
     return wait_condition(k8s, namespace, manifest["metadata"]["name"], "Ready", "True", 90)
+
+
+@dataclass(frozen=True)
+class LaggingGroup:
+    """A topic of the three-broker cluster with records in every partition, and a Kafka group
+    that committed part of each: its lag is known to the record."""
+
+    topic: str
+    group: str
+    ends: dict[int, int]
+    committed: dict[int, int]
+
+    @property
+    def lag(self) -> int:
+        return sum(self.ends[p] - self.committed[p] for p in self.ends)
+
+    @property
+    def want(self) -> snapshots.Want:
+        return snapshots.Want(self.group, (self.topic,))
+
+
+@pytest.fixture
+def lagging_group(
+    cluster_intact: KafkaCluster, request: pytest.FixtureRequest
+) -> Callable[[int], LaggingGroup]:
+    """``lagging_group(partitions)``: a topic of ``partitions`` (replicated on the three nodes,
+    ``min.insync.replicas`` 2) with 300 records in each, and a group that committed 50 fewer
+    in each partition than in the one before (partition 0: none)."""
+    name = re.sub(r"[^a-zA-Z0-9]+", "-", request.node.name).strip("-")[:50]
+
+    def make(partitions: int = 6) -> LaggingGroup:
+        topic = f"rolling-{name}-{uuid.uuid4().hex[:8]}"
+        bootstrap: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": cluster_intact.bootstrap
+        }
+        admin = AdminClient(bootstrap)
+        admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
+        producer = Producer({**bootstrap, "acks": "all"})
+        ends = dict.fromkeys(range(partitions), 300)
+        for partition, end in ends.items():
+            for n in range(end):
+                producer.produce(topic, str(n).encode(), partition=partition)
+        assert producer.flush(30) == 0
+        committed = {p: 50 * p for p in range(partitions)}
+        committer = Consumer({**bootstrap, "group.id": f"{topic}-group"})
+        try:
+            offsets = [TopicPartition(topic, p, o) for p, o in committed.items()]
+            committer.commit(offsets=offsets, asynchronous=False)
+        finally:
+            committer.close()
+        return LaggingGroup(topic, f"{topic}-group", ends, committed)
+
+    return make
+
+
+@dataclass
+class Passes:
+    """One ConsumerGroup's autoscaling passes (``autoscaler.observe_lag``, as ``observer.py``
+    calls it each interval) on the readings a test gives, at ``replicas``; the decisions that
+    scale are kept in ``decisions`` instead of applied (``lag_passes``)."""
+
+    want: snapshots.Want
+    replicas: int
+    autoscaling: dict[str, Any]
+    decisions: list[scaling.Decision]
+    memo: dict[str, Any] = field(default_factory=dict)
+
+    def observe(self, reading: snapshots.Snapshot | Exception) -> tuple[Condition, kopf.Patch]:
+        """This pass's ``Degraded`` condition and status patch, on ``reading`` (a snapshot of
+        the group's cluster, or what kept it)."""
+        topics = list(self.want.topics)
+        manifest = consumer_group("passes", "kafka:9092", topics[0], autoscaling=self.autoscaling)
+        body = kopf.Body(
+            cast(
+                kopf.RawBody,
+                {
+                    "apiVersion": "kafleet.io/v1alpha1",
+                    "kind": "ConsumerGroup",
+                    "metadata": {"name": "passes", "namespace": "test", "generation": 1},
+                    "spec": {**manifest["spec"], "topics": topics},
+                    "status": {},
+                },
+            )
+        )
+        self.memo[periodic.KAFKA] = (reading, self.want)
+        patch = kopf.Patch()
+        degraded, _ = autoscaler.observe_lag(
+            body,
+            parse_spec(dict(body["spec"])),
+            body.status,
+            patch,
+            self.memo,
+            self.replicas,
+            self.replicas,
+            1,
+        )
+        return degraded, patch
+
+
+@pytest.fixture
+def lag_passes(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Passes]:
+    """``lag_passes(want, replicas, autoscaling)``: a group's passes whose decisions are kept,
+    every one, the decisions that change nothing included (``Passes``)."""
+    kept: list[scaling.Decision] = []
+
+    def keep(
+        body: Any, parsed: Any, patch: Any, memo: Any, decision: scaling.Decision, *_: Any
+    ) -> None:
+        kept.append(decision)
+
+    monkeypatch.setattr(autoscaler, "_apply", keep)
+
+    def make(want: snapshots.Want, replicas: int, autoscaling: dict[str, Any]) -> Passes:
+        return Passes(want, replicas, autoscaling, kept)
+
+    return make

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafleet.config.security import Security
-from kafleet_operator.reading import clusters, lag_reader, readers, snapshots
+from kafleet_operator.reading import clusters, lag_reader, log_offsets, readers, snapshots
 from tests.conftest import TopicFactory
 from tests.infra.kafka import SaslListener
 from tests.infra.records import ProduceReport
@@ -294,3 +295,93 @@ def test_a_topic_that_does_not_exist_is_named_and_the_others_are_read() -> None:
 
     assert reading.missing_topics == ["refunds"]
     assert reading.lag == {("orders", 0): 6}  # no commit: from the log start
+
+
+def test_a_partition_whose_leader_did_not_answer_is_unknown_never_a_smaller_lag() -> None:
+    """The issue: a dead leader's partitions were answered -1001 and read as lag 0, the lag as
+    677 of 1,000, and the fleet scaled on it."""
+    silent = log_offsets.answer(("orders", 1), -1001, 3)
+    assert isinstance(silent, snapshots.Failure)
+    snapshot = snapshots.Snapshot(
+        topics={"orders": (0, 1, 2)},
+        ends={("orders", 0): 500, ("orders", 2): 500},
+        unreadable={("orders", 1): silent},
+        committed={"billing": dict.fromkeys([("orders", 0), ("orders", 1), ("orders", 2)], 0)},
+    )
+
+    with pytest.raises(lag_reader.LagUnreadableError) as caught:
+        lag_reader.lag_of(snapshot, snapshots.Want("billing", ("orders",)))
+
+    assert caught.value.partition == "orders[1]"
+    assert "its leader (broker 3) did not answer" in str(caught.value)
+
+
+def test_a_log_start_that_cannot_be_read_is_unknown_only_where_the_group_needs_it() -> None:
+    silent = snapshots.Failure(log_offsets.NO_ANSWER, "its leader (broker 2) did not answer")
+    snapshot = snapshots.Snapshot(
+        topics={"orders": (0,)},
+        ends={("orders", 0): 10},
+        unreadable_starts={("orders", 0): silent},
+        committed={"billing": {("orders", 0): 4}, "refunds": {("orders", 0): None}},
+    )
+
+    committed = lag_reader.lag_of(snapshot, snapshots.Want("billing", ("orders",)))
+    with pytest.raises(lag_reader.LagUnreadableError) as caught:
+        lag_reader.lag_of(snapshot, snapshots.Want("refunds", ("orders",)))
+    from_latest = lag_reader.lag_of(
+        snapshot, snapshots.Want("refunds", ("orders",)), reset_earliest=False
+    )
+
+    assert committed.total == 6  # its commit is the base: the log start is not needed
+    assert "its leader (broker 2) did not answer" in str(caught.value)
+    assert from_latest.total == 1  # auto_offset_reset latest counts no log start either
+
+
+def test_a_log_start_missing_without_a_cause_is_unknown_too() -> None:
+    snapshot = snapshots.Snapshot(
+        topics={"orders": (0,)}, ends={("orders", 0): 10}, committed={"refunds": {}}
+    )
+
+    with pytest.raises(lag_reader.LagUnreadableError, match="no log-start offset"):
+        lag_reader.lag_of(snapshot, snapshots.Want("refunds", ("orders",)))
+
+
+def answered(partition: int, offset: int, error: KafkaError | None = None) -> TopicPartition:
+    """A partition as an OffsetFetch answers it (``TopicPartition.error`` cannot be set)."""
+    return cast(
+        TopicPartition,
+        SimpleNamespace(topic="orders", partition=partition, offset=offset, error=error),
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "read"),
+    [
+        ([answered(0, 7), answered(1, 3)], {("orders", 0): 7, ("orders", 1): 3}),
+        ([answered(0, 7), answered(1, -1001)], {("orders", 0): 7, ("orders", 1): None}),
+        ([answered(0, 0), answered(1, -1)], {("orders", 0): 0, ("orders", 1): None}),
+    ],
+)
+def test_committed_offsets_are_read_as_answered_and_none_where_nothing_was_committed(
+    answer: list[TopicPartition], read: dict[tuple[str, int], int | None]
+) -> None:
+    assert clusters._offsets_of([("orders", 0), ("orders", 1)], answer) == read
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        [answered(0, 7), answered(1, -1001, KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT))],
+        [answered(0, 7)],  # a partition asked and not answered
+        [],
+        None,
+    ],
+)
+def test_committed_offsets_not_all_answered_are_a_failure_not_a_missing_commit(
+    answer: list[TopicPartition] | None,
+) -> None:
+    """A partition taken as one with no commit reads as 0 with ``scale_to_zero_on_invalid_offset``:
+    a smaller lag, where it is an unknown one."""
+    assert isinstance(
+        clusters._offsets_of([("orders", 0), ("orders", 1)], answer), snapshots.Failure
+    )

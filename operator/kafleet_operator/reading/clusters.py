@@ -5,11 +5,15 @@ servers plus the security settings, passwords included), shared by every Consume
 connects the same way; and reading, for all those groups at once, in a bounded number of
 requests (``View.read``):
 
-- the topics and their partitions, from metadata cached for ``METADATA_TTL_S`` (asked again at
-  once when a group names a topic it has not seen, or the offsets topic is not there yet);
-- the log-end offset of every watched partition in one ``list_offsets`` call (librdkafka sends
-  one request per leader), and the log-start offset of the partitions some group has not
-  committed yet (what ``auto_offset_reset: earliest`` counts), likewise;
+- the topics, their partitions and each partition's leader, from metadata cached for
+  ``METADATA_TTL_S`` (asked again at once when a group names a topic it has not seen, or the
+  offsets topic is not there yet, and within a read whose offsets failed: ``refresh``);
+- the log-end offset of every watched partition (``log_offsets.py``: ``list_offsets`` calls in
+  flight together, librdkafka sends one request per leader; a partition whose leader did not
+  answer is a failure, never an offset, and one whose leader moved under the client's metadata
+  is asked again after the metadata is), within ``ENDS_S`` of the read's ``TIMEOUT_S``, so a
+  dead leader leaves time for the rest; and the log-start offset of the partitions some group
+  has not committed yet (what ``auto_offset_reset: earliest`` counts), likewise;
 - each group's committed offsets (``list_consumer_group_offsets``, one group per request as
   librdkafka allows, all in flight together), asked again while a coordinator moves or loads;
   a group that had committed everything, on partitions whose log ends have not moved since,
@@ -21,7 +25,10 @@ requests (``View.read``):
   in this process at the first share group, never before), and the log-start offset of the
   partitions where the broker knows neither (the group has not started there).
 
-A cluster that cannot be reached, or refuses the credentials, fails its own snapshot.
+A cluster that cannot be reached, or refuses the credentials, fails its own snapshot; a
+partition whose offsets cannot be read is in the snapshot's ``unreadable`` (its log end) or
+``unreadable_starts`` (its log start), with why, and a group whose committed offsets cannot be
+read (or were not all answered) has a ``Failure`` for them.
 
 librdkafka (2.16, and its master as of this writing: confluentinc/librdkafka#5040) crashes the
 process when an admin client's OffsetFetch answers NOT_COORDINATOR or another error that asks
@@ -47,7 +54,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from kafleet.config.security import Security
-from kafleet_operator.reading import share_lag
+from kafleet_operator.reading import log_offsets, share_lag
 from kafleet_operator.reading.share_lag import ShareState
 from kafleet_operator.reading.snapshots import TP, Failure, Snapshot, Want
 
@@ -56,11 +63,10 @@ METADATA_TTL_S = 60.0
 METADATA_TRY_S = 2.0  # how often a metadata request gives a reported auth failure a look
 MISSING_S = 10.0  # a topic a group names and the cluster lacks: metadata asked again this often
 RETRY_S = 0.2
-# Partitions per list_offsets call: librdkafka matches each partition to its leader's request
-# and each answer to the partitions asked in loops over the whole list (n squared in one
-# call's size, by reading its source; not measured alone). In chunks of 500: 16 requests a
-# pass at 1,000 groups of 8 partitions instead of one (B9 measured them, with the rest).
-OFFSETS_CHUNK = 500
+# Of a read's TIMEOUT_S, what the log ends may take, their calls after a leader moved included
+# (``log_offsets.read``): a dead leader costs one call's ``log_offsets.TRY_S``, and the
+# committed offsets keep the rest.
+ENDS_S = 6.0
 SETTLED_S = 60.0  # a caught-up group's committed offsets, unchanged log ends: asked this often
 LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
@@ -87,6 +93,7 @@ class View:
         config["error_cb"] = self._on_error
         self.admin = AdminClient(config)
         self._topics: dict[str, tuple[int, ...]] = {}
+        self._leaders: dict[TP, int] = {}  # each partition's leader, as the metadata said last
         self._topics_at = -METADATA_TTL_S
         # group -> (when its committed offsets were read, the log ends they were all at)
         self._caught_up: dict[str, tuple[float, dict[TP, int]]] = {}
@@ -111,6 +118,11 @@ class View:
                 if remaining <= METADATA_TRY_S:
                     raise
                 continue
+            self._leaders = {
+                (name, p): meta.leader
+                for name, t in found.topics.items()
+                for p, meta in t.partitions.items()
+            }
             return {name: tuple(sorted(t.partitions)) for name, t in found.topics.items()}
 
     def topics(self, wants: Iterable[Want], deadline: float) -> dict[str, tuple[int, ...]]:
@@ -121,6 +133,12 @@ class View:
         if age > METADATA_TTL_S or (age > MISSING_S and not named <= self._topics.keys()):
             self._topics, self._topics_at = self._metadata(deadline), time.monotonic()
         return self._topics
+
+    def refresh(self, until: float) -> dict[TP, int]:
+        """The metadata asked again at once (librdkafka's cache of leaders and their epochs
+        with it), by ``until``; each partition's leader. Raises ``KafkaException``."""
+        self._topics, self._topics_at = self._metadata(until), time.monotonic()
+        return self._leaders
 
     def read(self, wants: list[Want]) -> Snapshot:
         """The offsets every group of ``wants`` needs; raises ``KafkaException`` when the
@@ -143,7 +161,9 @@ class View:
         every = sorted({tp for tps in [*watched.values(), *share_watched.values()] for tp in tps})
         if not every:
             return snapshot
-        ends = self._offsets(every, LATEST, snapshot, deadline)
+        ends = self._offsets(
+            every, LATEST, snapshot.unreadable, min(deadline, time.monotonic() + ENDS_S)
+        )
         if not ends:  # not one partition answered: the cluster is down, not a leader
             self._topics_at = -METADATA_TTL_S  # and its metadata is asked again next pass
             raise next(iter(snapshot.unreadable.values())).exception()
@@ -164,7 +184,8 @@ class View:
             | {tp for tp in unstarted if tp in ends}
         )
         if uncommitted:
-            snapshot.starts.update(self._offsets(uncommitted, EARLIEST, snapshot, deadline))
+            starts = self._offsets(uncommitted, EARLIEST, snapshot.unreadable_starts, deadline)
+            snapshot.starts.update(starts)
         snapshot.ends.update(ends)
         return snapshot
 
@@ -229,25 +250,12 @@ class View:
             del self._caught_up[group]
 
     def _offsets(
-        self, tps: list[TP], spec: Any, snapshot: Snapshot, deadline: float
+        self, tps: list[TP], spec: Any, failures: dict[TP, Failure], until: float
     ) -> dict[TP, int]:
-        """``tps``' offsets, ``OFFSETS_CHUNK`` partitions a ``list_offsets`` call, every call in
-        flight together; a partition that fails (no leader) is recorded in
-        ``snapshot.unreadable``, never guessed."""
-        timeout = max(0.1, deadline - time.monotonic())
-        futures: dict[TopicPartition, concurrent.futures.Future[Any]] = {}
-        for first in range(0, len(tps), OFFSETS_CHUNK):
-            asked = {TopicPartition(t, p): spec for t, p in tps[first : first + OFFSETS_CHUNK]}
-            futures.update(self.admin.list_offsets(asked, request_timeout=timeout))
-        found: dict[TP, int] = {}
-        for tp, future in futures.items():
-            key = (tp.topic, tp.partition)
-            try:
-                found[key] = future.result(timeout=max(0.1, deadline - time.monotonic())).offset
-            except KafkaException as exc:
-                snapshot.unreadable[key] = Failure.of(exc)
-            except concurrent.futures.TimeoutError:
-                snapshot.unreadable[key] = Failure(KafkaError._TIMED_OUT, "no answer in time")
+        """``tps``' offsets by ``until``; a partition that fails (no leader, a leader that did
+        not answer) is recorded in ``failures``, never guessed (``log_offsets.read``)."""
+        found, failed = log_offsets.read(self.admin, tps, spec, until, self._leaders, self.refresh)
+        failures.update(failed)
         return found
 
     def _committed(self, watched: dict[str, list[TP]], snapshot: Snapshot, deadline: float) -> None:
@@ -270,7 +278,7 @@ class View:
                         pending[group] = watched[group]
                     snapshot.committed[group] = Failure.of(exc)
                     continue
-                snapshot.committed[group] = _offsets_of(answer.topic_partitions)
+                snapshot.committed[group] = _offsets_of(watched[group], answer.topic_partitions)
             if pending:
                 time.sleep(RETRY_S)
 
@@ -280,10 +288,18 @@ class View:
         return self.admin.list_consumer_group_offsets(request, request_timeout=timeout)[group]
 
 
-def _offsets_of(answer: list[TopicPartition] | None) -> dict[TP, int | None] | Failure:
+def _offsets_of(
+    asked: list[TP], answer: list[TopicPartition] | None
+) -> dict[TP, int | None] | Failure:
+    """A group's committed offsets as answered (None: no commit there), or the failure of the
+    first partition answered with an error or not answered at all (taken as no commit, it
+    would count as 0 with ``scale_to_zero_on_invalid_offset``: a smaller lag, not an unknown)."""
     found: dict[TP, int | None] = {}
     for tp in answer or []:
         if tp.error is not None:
             return Failure.of(KafkaException(tp.error))
         found[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+    for t, p in asked:
+        if (t, p) not in found:
+            return Failure(KafkaError._BAD_MSG, f"no committed offset answered for {t}[{p}]")
     return found

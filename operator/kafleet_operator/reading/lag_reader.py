@@ -16,8 +16,12 @@ share group's position (``committed``, for the rates and the time lag) is the lo
 lag.
 
 A partition whose offsets cannot be read is unknown, never zero: the reading fails
-(``LagUnreadableError``, naming the first such partition), as does a group whose committed
-offsets (or share states) could not be read (the ``KafkaException``).
+(``LagUnreadableError``, naming the first such partition and why, as ``log_offsets.py`` says
+it: its leader did not answer, say), whether its log end could not be read or its log start
+where the group needs it (no commit there, ``auto_offset_reset: earliest``); so does a group
+whose committed offsets (or share states) could not be read (the ``KafkaException``). Never a
+total over the partitions that could be read: that is a smaller lag, and a fleet scales on it
+as on the lag.
 
 SSL file locations (``ssl_ca_location``, ...) name files in the workers' pods: the operator
 reads them at the same paths in its own pod, and a missing one is an error naming it.
@@ -45,6 +49,10 @@ __all__ = [
     "is_share_client_missing",
     "lag_of",
 ]
+
+
+# A log start needed and not read, where the read left no cause (``unreadable_starts``).
+NO_START = Failure(KafkaError._TIMED_OUT, "no log-start offset")
 
 
 class LagUnreadableError(Exception):
@@ -136,8 +144,8 @@ def lag_of(
         elif reset_earliest:
             low = snapshot.starts.get(tp)
             if low is None:
-                error = KafkaError(KafkaError._TIMED_OUT, "no log-start offset")
-                raise LagUnreadableError(f"{tp[0]}[{tp[1]}]", KafkaException(error))
+                failure = snapshot.unreadable_starts.get(tp, NO_START)
+                raise LagUnreadableError(f"{tp[0]}[{tp[1]}]", failure.exception())
             lag[tp] = max(0, high - low)
         else:
             lag[tp] = 1

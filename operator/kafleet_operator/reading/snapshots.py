@@ -5,9 +5,10 @@ its committed offsets may be taken as settled, whether it is a share group), whe
 (``Target``: bootstrap servers and security settings, passwords included; its ``key``, a
 digest of them, never them, tells the groups that connect the same way, which share a reader),
 what a read answers (``Snapshot``: every topic's partitions, the log-end and log-start offsets
-read, each group's committed offsets or share states; and the partitions a group watches,
-``Snapshot.partitions``), and a Kafka error as a snapshot carries it (``Failure``). They all
-pickle: they cross the pipe of the reading process (``readers.py``).
+read and why those that could not be read were not, each group's committed offsets or share
+states; and the partitions a group watches, ``Snapshot.partitions``), and a Kafka error as a
+snapshot carries it (``Failure``). They all pickle: they cross the pipe of the reading process
+(``readers.py``).
 
 Does not own reading them (``clusters.py``) or what they mean for a group's lag
 (``lag_reader.py``).
@@ -68,7 +69,10 @@ class Snapshot:
     topics: dict[str, tuple[int, ...]] = field(default_factory=dict)
     ends: dict[TP, int] = field(default_factory=dict)
     starts: dict[TP, int] = field(default_factory=dict)
+    # The partitions whose log end could not be read (every group there: lag unknown), and
+    # those whose log start could not be (a group that has not committed there: unknown).
     unreadable: dict[TP, Failure] = field(default_factory=dict)
+    unreadable_starts: dict[TP, Failure] = field(default_factory=dict)
     committed: dict[str, dict[TP, int | None] | Failure] = field(default_factory=dict)
     # Share groups': each partition the broker has a state for (``share_lag.ShareState``).
     share: dict[str, dict[TP, ShareState] | Failure] = field(default_factory=dict)
