@@ -25,6 +25,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kafleet.config.model import ConsumerConfig
+from kafleet.engine import static_rejoin
 from kafleet.engine.at_most_once import Hold
 from kafleet.engine.commits import Committer
 from kafleet.engine.fetch_watch import FetchWatch
@@ -96,18 +97,14 @@ class Poller:
 
     def run(self) -> None:
         try:
-            self._consumer = self._consumer_factory(
-                {
-                    **self.config.librdkafka(),
-                    "on_commit": self.committer.on_commit,
-                    "error_cb": self._on_error,
-                    "stats_cb": self._on_statistics,
-                }
-            )
-            self.committer.consumer = self._consumer
-            self._subscribe()
+            self._start_client()
             while not self._drained():
-                self._poll_once()
+                try:
+                    self._poll_once()
+                except KafkaClientError as exc:
+                    if self.assigned or not static_rejoin.is_unreleased_instance(exc.kafka_error):
+                        raise
+                    self._join_again(exc)
             self._close()
         except BaseException as exc:
             log.exception("the poller stopped on an error")
@@ -116,6 +113,39 @@ class Poller:
             self._close(commit=False)
         finally:
             self.stopped.set()
+
+    def _start_client(self) -> None:
+        self._consumer = self._consumer_factory(
+            {
+                **self.config.librdkafka(),
+                "on_commit": self.committer.on_commit,
+                "error_cb": self._on_error,
+                "stats_cb": self._on_statistics,
+            }
+        )
+        self.committer.consumer = self._consumer
+        self._subscribe()
+
+    def _join_again(self, exc: KafkaClientError) -> None:
+        """The group refused this member's instance id (``static_rejoin.py``): the client is
+        dead; a new one joins after ``RETRY_S``, until the earlier process's session ends."""
+        log.warning(
+            "%s; joining again in %.0f s: the group frees group_instance_id %r when the "
+            "session of the process that held it before times out",
+            exc,
+            static_rejoin.RETRY_S,
+            self.config.group_instance_id,
+        )
+        consumer, self._consumer = self._consumer, None
+        try:
+            if consumer is not None:
+                consumer.close()
+        except (KafkaException, RuntimeError) as closing:
+            log.debug("closing the refused client: %s", closing)
+        deadline = time.monotonic() + static_rejoin.RETRY_S
+        while time.monotonic() < deadline and self.drain_deadline is None:
+            time.sleep(0.1)
+        self._start_client()
 
     def _subscribe(self) -> None:
         assert self._consumer is not None
@@ -242,7 +272,7 @@ class Poller:
         return self.closing or self.holding or queues.is_paused(tp) or not queues.is_open(tp)
 
     def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
+        if static_rejoin.is_fatal(err):
             raise KafkaClientError(err, "the consumer hit a fatal error")
         if err.code() != KafkaError._PARTITION_EOF:
             log.warning("kafka: %s", err)  # transient (broker down, ...); librdkafka retries
