@@ -133,9 +133,11 @@ def build() -> Dashboard:
             series(
                 "Paused partitions",
                 "Partitions paused because their queue is full (back-pressure), per worker, and "
-                "pauses and resumes per second.",
+                "pauses and resumes per second; and partitions that fetch nothing though behind "
+                "their log end and not paused (librdkafka#5586: the worker restarts their fetch).",
                 "short",
                 Query(f"kafleet_paused_partitions{{{WORKER}}}", f"{POD} paused"),
+                Query(f"kafleet_fetch_stalled_partitions{{{WORKER}}}", f"{POD} not fetching"),
                 Query(
                     _rate("kafleet_pauses_total"),
                     f"{POD} pauses/s",

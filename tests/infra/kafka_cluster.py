@@ -39,9 +39,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tests.infra import processes
+from tests.infra import offsets, processes
 from tests.infra.kafka import (
     CACHE,
     LOOPBACK,
@@ -179,10 +180,20 @@ class KafkaCluster:
         found = metadata.partitions.get(partition) if metadata is not None else None
         return int(found.leader) if found is not None else -1
 
-    def coordinator(self, group: str) -> int:
-        """The node that coordinates ``group`` now (it need not exist yet)."""
-        future = self.admin().describe_consumer_groups([group], request_timeout=10)[group]
-        return int(future.result(timeout=15).coordinator.id)
+    def coordinator(self, group: str, timeout: float = 60.0) -> int:
+        """The node that coordinates ``group`` now (it need not exist yet); asked again while
+        the coordinator moves or loads (a new cluster's offsets topic, a node just killed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            future = self.admin().describe_consumer_groups([group], request_timeout=10)[group]
+            try:
+                return int(future.result(timeout=15).coordinator.id)
+            except KafkaException as exc:
+                error = exc.args[0]
+                moving = error.retriable() or error.code() in offsets.COORDINATOR_MOVING
+                if not moving or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def under_replicated(self) -> list[str]:
         """Every partition, internal topics included, whose in-sync replicas are fewer than
