@@ -20,9 +20,11 @@ REAL_NODE_TESTS := tests/e2e tests/testbed/test_real_node.py
 SIDE_TESTS := $(REAL_NODE_TESTS) tests/operator/test_fleet_at_scale.py \
   tests/spark/test_spark_workers.py
 # The tests of moves and failures on a cluster of three brokers (tests/faults: rolling
-# bounces, killed coordinators and leaders, bounced workers) mostly wait on sessions and
-# elections: a third session beside the two.
+# bounces, killed coordinators and leaders, bounced workers; the operator's lag reading) mostly
+# wait on sessions and elections, and need only the jars: a third session, started as soon as
+# FAULT_SETUP is done, beside the rest of the set-up (the Go builds) and the other two.
 FAULT_TESTS := tests/faults tests/operator/test_lag_on_a_rolling_cluster.py
+FAULT_SETUP := jars share-jars delta-jars
 # Real KEDA's tests: KEDA's build (10 to 20 minutes of both cores) would take a cold CI run past
 # its 40 minutes, so `make bench` builds it and runs them (`make test-keda` alone); `make test`
 # leaves them out.
@@ -112,22 +114,27 @@ image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Sp
 
 .PHONY: test
 test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run every test against the real test bed.
-	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana
 	@if [ -n "$(PYTEST_ARGS)" ] || [ "$(TEST_SPLIT)" = 0 ]; then \
+	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana; \
 	  set -x; $(PY) -m pytest $(if $(PYTEST_ARGS),$(PYTEST_ARGS),--ignore=$(KEDA_TESTS)); \
 	else \
 	  mkdir -p .cache/test-logs; log=.cache/test-logs/side.log; \
+	  faults=.cache/test-logs/faults.log; \
+	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) $(FAULT_SETUP); \
+	  echo "the three-broker cluster's tests start now, beside the rest of the set-up and the" \
+	    "other tests (they need only the jars); their output: $$faults (shown at the end)"; \
+	  $(PY) -m pytest $(FAULT_TESTS) >$$faults 2>&1 & cluster=$$!; \
+	  trap 'kill $$cluster 2>/dev/null || true' EXIT; \
+	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana; \
 	  echo "the real node's tests and the slowest run beside the others; their output: $$log" \
 	    "(shown at the end)"; \
-	  faults=.cache/test-logs/faults.log; \
-	  echo "the three-broker cluster's tests run beside them too; their output: $$faults"; \
 	  $(PY) -m pytest $(SIDE_TESTS) >$$log 2>&1 & node=$$!; \
-	  $(PY) -m pytest $(FAULT_TESTS) >$$faults 2>&1 & cluster=$$!; \
 	  status=0; \
 	  $(PY) -m pytest $(addprefix --ignore=,$(SIDE_TESTS) $(FAULT_TESTS) $(KEDA_TESTS)) \
 	    || status=$$?; \
 	  wait $$node || status=$$((status ? status : $$?)); \
 	  wait $$cluster || status=$$((status ? status : $$?)); \
+	  trap - EXIT; \
 	  echo; echo "=== the real node's tests and the slowest ($$log) ==="; cat $$log; \
 	  echo; echo "=== the three-broker cluster's tests ($$faults) ==="; cat $$faults; \
 	  exit $$status; \
