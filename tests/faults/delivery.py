@@ -160,16 +160,18 @@ class Delivery:
             if start <= at <= end and n in first
         )
 
-    def settled_after(self, start: float, wait_s: float = 1.0) -> float:
-        """Seconds from ``start`` until records acknowledged from then on wait ``wait_s`` or
-        less for their handling again (the last later record that waited longer, ends it)."""
+    def settled_after(self, start: float, until: float | None = None, wait_s: float = 1.0) -> float:
+        """Seconds from ``start`` until records acknowledged from then on (up to ``until``)
+        wait ``wait_s`` or less for their handling again (the last that waited longer ends
+        it); a record never handled waits for ever."""
         first: dict[int, float] = {}
         for r in self.receipts:
             first.setdefault(r.number, r.at)
         late = [
             at
             for n, at in self.acknowledged.items()
-            if at >= start and first.get(n, at) - at > wait_s
+            if start <= at <= (until if until is not None else at)
+            and first.get(n, float("inf")) - at > wait_s
         ]
         return max(late, default=start) - start
 
