@@ -183,5 +183,5 @@ class Delivery:
             f"{self.duplicates}, longest stall {self.longest_stall(start, end):.1f} s "
             f"(acknowledgements: {self.longest_quiet(start, end):.1f} s), "
             f"rate {self.rate(start, end):.0f}/s, wait p99 {p99:.2f} s, "
-            f"settled after {self.settled_after(start):.1f} s"
+            f"settled after {self.settled_after(start, end):.1f} s"
         )

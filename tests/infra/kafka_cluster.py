@@ -184,8 +184,11 @@ class KafkaCluster:
         """The node that coordinates ``group`` now (it need not exist yet); asked again while
         the coordinator moves or loads (a new cluster's offsets topic, a node just killed)."""
         deadline = time.monotonic() + timeout
+        # A client of its own each time: after a roll the kept client's DescribeGroups time
+        # out for good (its list_topics still answers).
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         while True:
-            future = self.admin().describe_consumer_groups([group], request_timeout=10)[group]
+            future = admin.describe_consumer_groups([group], request_timeout=10)[group]
             try:
                 return int(future.result(timeout=15).coordinator.id)
             except KafkaException as exc:
