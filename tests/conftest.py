@@ -99,10 +99,13 @@ def kafka_cluster() -> Iterator[kafka_cluster_infra.KafkaCluster]:
 def cluster_intact(
     kafka_cluster: kafka_cluster_infra.KafkaCluster,
 ) -> Iterator[kafka_cluster_infra.KafkaCluster]:
-    """The session's cluster with every node up, before and after the test."""
+    """The session's cluster with every node up and every partition in sync, before and
+    after the test (a test that failed mid-fault leaves neither to the next)."""
     kafka_cluster.start()
+    kafka_cluster.wait_in_sync()
     yield kafka_cluster
     kafka_cluster.start()
+    kafka_cluster.wait_in_sync()
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,7 @@ def victim(cluster: KafkaCluster, role: str, group: str, topic: str) -> int:
     return min(leaders)
 
 
+@pytest.mark.timeout(600)  # a fault and its recovery, slower on a busy machine
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 @pytest.mark.parametrize("role", ["coordinator", "leader"])
 def test_a_broker_killed_for_20_s_loses_nothing_and_revokes_nothing(

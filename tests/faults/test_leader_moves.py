@@ -25,8 +25,10 @@ def replicas_of(cluster: KafkaCluster, topic: str) -> dict[int, list[int]]:
     return {p: list(m.replicas) for p, m in metadata.partitions.items()}
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
-@pytest.mark.parametrize("move", ["preferred election", "reassignment"])
+@pytest.mark.timeout(600)  # a fault and its recovery, slower on a busy machine
+@pytest.mark.parametrize(
+    ("move", "protocol"), [("preferred election", "classic"), ("reassignment", "consumer")]
+)
 def test_moving_leaders_under_load_loses_nothing_and_stalls_no_longer_than_the_move(
     move: str,
     protocol: str,

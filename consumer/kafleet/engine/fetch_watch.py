@@ -7,7 +7,7 @@ when it last flowed and the offset kafleet expects from it next (after the last 
 asking the broker for the log end of a partition quiet for half the bound with no lag known
 (librdkafka's own log end comes with fetch responses, so it stops moving when the fetcher
 does): one partition per poll, each at most once per half bound, none for half a bound after
-a question fails, each question holding the Poller up to ``QUERY_TIMEOUT_S``; the episodes of
+a question fails, each question holding the Poller up to twice ``QUERY_TIMEOUT_S``; the episodes of
 stalls, their restarts, the counters (``fetch_stalls``, ``fetch_restarts``,
 ``fetch_stalls_recovered``) and the stalled partitions in the state (``snapshot``), which
 ``/readyz``, ``/healthz`` and ``/metrics`` read.
@@ -39,7 +39,9 @@ The restart, from librdkafka's source (2.16):
   one call: while one OffsetFetch is outstanding no other partition starts. The one risk:
   should the group enqueue a rebalance in the milliseconds between the ``consume()`` that
   served the last callback and this call, librdkafka would take the call for the
-  application's answer to it; stalls are rare and that window is short.
+  application's answer to it. So a restart comes right after a ``consume()``: never in a check
+  that asked the broker, and the start points of a re-assignment (which may block: a sink's
+  log, a committed offset) are found in one check and used in the next.
 
 Does not own: the rule of what stalls and when to act (``fetch_stalls.py``), polling, pausing
 or the rebalance callbacks (``poller.py``, ``rebalance.py``), judging health (``assessment.py``).
@@ -108,6 +110,7 @@ class FetchWatch:
         self._episodes: dict[TP, Episode] = {}
         self._next_check = 0.0
         self._asking_from = 0.0  # no question to the broker before this (after a failure)
+        self._points: dict[TP, int] = {}  # where partitions with no record yet restart
         self._published: tuple[tuple[TP, float, float, int, int, str | None], ...] = ()
 
     # -- what the Poller tells it ------------------------------------------------------------
@@ -122,11 +125,13 @@ class FetchWatch:
         for tp in tps:
             self._parts[tp] = _Partition(now, now)
             self._episodes.pop(tp, None)
+            self._points.pop(tp, None)
 
     def forget(self, tps: Iterable[TP]) -> None:
         for tp in tps:
             self._parts.pop(tp, None)
             self._episodes.pop(tp, None)
+            self._points.pop(tp, None)
 
     def saw(self, stretches: Iterable[tuple[TP, list[Message]]]) -> None:
         """Records ``consume()`` returned: their partitions flow."""
@@ -149,7 +154,8 @@ class FetchWatch:
         facts = {tp: self._facts(tp, part, now) for tp, part in self._parts.items()}
         asked = {tp: part.asked for tp, part in self._parts.items()}
         wanted = fetch_stalls.to_ask(facts, now, timeout_s, asked)
-        if wanted and now >= self._asking_from:
+        blocked = bool(wanted and now >= self._asking_from)
+        if blocked:
             tp = wanted[0]
             self._ask(consumer, tp, facts[tp], now)
             facts[tp] = self._facts(tp, self._parts[tp], now)
@@ -168,7 +174,10 @@ class FetchWatch:
         for tp in plan.recovered:
             log.info("%s[%d] fetches again", *tp)
         self.stats.add(fetch_stalls=len(plan.detected), fetch_stalls_recovered=len(plan.recovered))
-        if plan.restart:
+        # A restart follows a consume() at once, never a question that held the Poller: a
+        # rebalance queued meanwhile would take the incremental calls for its answer. Due
+        # restarts stay due (fetch_stalls.settle) and are made at the next check.
+        if plan.restart and not blocked:
             self._restart(consumer, plan.restart, now)
         self._published = tuple(
             (tp, e.detected_at, max(self._parts[tp].assigned_at, self._parts[tp].last_record),
@@ -199,7 +208,7 @@ class FetchWatch:
 
     def _ask(self, consumer: Consumer, tp: TP, fact: Facts, now: float) -> None:
         """The broker's log end of ``tp`` and, when no position is known, its committed
-        offset (or where ``auto_offset_reset`` would start). Blocks up to QUERY_TIMEOUT_S."""
+        offset (or where ``auto_offset_reset`` would start). Blocks up to twice QUERY_TIMEOUT_S."""
         part = self._parts[tp]
         part.asked = now
         try:
@@ -244,13 +253,18 @@ class FetchWatch:
             except KafkaException as exc:
                 log.warning("seeking %s[%d] to restart its fetch: %s", *tp, exc)
                 reassign.append(tp)
+        if unknown := [tp for tp in reassign if self._parts[tp].expected is None]:
+            missing = [tp for tp in unknown if tp not in self._points]
+            if missing:  # found now (it may block), used at the next check
+                self._find_points(consumer, missing)
+                reassign = [tp for tp in reassign if tp not in missing]
         if reassign:
-            offsets = {tp: self._parts[tp].expected for tp in reassign}
-            points = [TopicPartition(*tp, o) for tp, o in offsets.items() if o is not None]
-            unknown = [tp for tp, offset in offsets.items() if offset is None]
+            points = [
+                TopicPartition(*tp, o if (o := self._parts[tp].expected) is not None else
+                               self._points.pop(tp))
+                for tp in reassign
+            ]  # fmt: skip
             try:
-                if unknown:
-                    points += self._start_points(consumer, unknown)
                 # Only what the client holds can be taken off (librdkafka refuses the rest).
                 holds = {(tp.topic, tp.partition) for tp in consumer.assignment()}
                 if present := [TopicPartition(*tp) for tp in reassign if tp in holds]:
@@ -265,6 +279,22 @@ class FetchWatch:
             log.warning("%s[%d]: fetch restarted by %s at offset %s", *tp, action, part.expected)
         fetch_stalls.restarted(self._episodes, done, now)
         self.stats.add(fetch_restarts=len(done))
+
+    def _find_points(self, consumer: Consumer, tps: list[TP]) -> None:
+        """Where ``tps`` restart when no record came since their assignment: as a rebalance
+        assigns them (the sink's output for exactly-once, else the committed offset), the
+        committed offset the broker gave ``_ask`` standing for "the committed" so that the
+        re-assignment needs no OffsetFetch (the request #5586 gets wrong). Kept for the next
+        check; a failure (a sink or a coordinator in trouble) leaves them for a later one."""
+        try:
+            points = self._start_points(consumer, tps)
+        except Exception as exc:  # noqa: BLE001 - never the Poller's death: tried again later
+            log.warning("finding where %s restart their fetch: %s", tps, exc)
+            return
+        for point in points:
+            tp = (point.topic, point.partition)
+            known = self._parts[tp].broker_position if tp in self._parts else None
+            self._points[tp] = point.offset if point.offset >= 0 or known is None else known
 
     # -- for the state snapshot (any thread) -------------------------------------------------
 

@@ -104,7 +104,8 @@ class Poller:
                 except KafkaClientError as exc:
                     if self.assigned or not static_rejoin.is_unreleased_instance(exc.kafka_error):
                         raise
-                    self._join_again(exc)
+                    if not self._join_again(exc):
+                        break  # stopped while it waited: nothing was ever assigned
             self._close()
         except BaseException as exc:
             log.exception("the poller stopped on an error")
@@ -126,9 +127,10 @@ class Poller:
         self.committer.consumer = self._consumer
         self._subscribe()
 
-    def _join_again(self, exc: KafkaClientError) -> None:
+    def _join_again(self, exc: KafkaClientError) -> bool:
         """The group refused this member's instance id (``static_rejoin.py``): the client is
-        dead; a new one joins after ``RETRY_S``, until the earlier process's session ends."""
+        dead; a new one joins after ``RETRY_S``, until the earlier process's session ends.
+        False if a stop came meanwhile (no new client then)."""
         log.warning(
             "%s; joining again in %.0f s: the group frees group_instance_id %r when the "
             "session of the process that held it before times out",
@@ -137,15 +139,19 @@ class Poller:
             self.config.group_instance_id,
         )
         consumer, self._consumer = self._consumer, None
+        self.joined = False
         try:
             if consumer is not None:
                 consumer.close()
-        except (KafkaException, RuntimeError) as closing:
+        except (KafkaException, KafkaClientError, RuntimeError) as closing:
             log.debug("closing the refused client: %s", closing)
         deadline = time.monotonic() + static_rejoin.RETRY_S
         while time.monotonic() < deadline and self.drain_deadline is None:
             time.sleep(0.1)
+        if self.drain_deadline is not None:
+            return False
         self._start_client()
+        return True
 
     def _subscribe(self) -> None:
         assert self._consumer is not None
