@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -15,10 +14,12 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.infra import k8s, k8s_build
 from tests.infra.kafka import TestbedError
+from tests.infra.offsets import committed
+from tests.infra.offsets import log_ends as end_offsets
 from tests.infra.waiting import wait_until
 
 BILLED = re.compile(r"billed order (\d+) of ")
@@ -174,26 +175,6 @@ def last_billed(texts: Iterable[str]) -> dict[int, int]:
     return last
 
 
-def committed(kafka: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offsets; asked again while the broker answers with a retriable
-    error (NOT_COORDINATOR while the group's coordinator loads it, after a rebalance)."""
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": group})
-    try:
-        for attempt in range(10):
-            try:
-                found = consumer.committed(
-                    [TopicPartition(topic, p) for p in range(partitions)], 10
-                )
-                return {tp.partition: tp.offset for tp in found}
-            except KafkaException as exc:
-                if attempt == 9:
-                    raise AssertionError(f"the committed offsets of {group}: {exc}") from exc
-                time.sleep(0.5)
-        raise AssertionError("unreachable")
-    finally:
-        consumer.close()
-
-
 def orders_below(kafka: str, topic: str, offsets: dict[int, int]) -> set[int]:
     """The orders of each partition below its committed offset (what the group says is done)."""
     wanted = {p: o for p, o in offsets.items() if o > 0}
@@ -214,17 +195,6 @@ def orders_below(kafka: str, topic: str, offsets: dict[int, int]) -> set[int]:
     finally:
         consumer.close()
     return found
-
-
-def end_offsets(kafka: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "e2e-watermarks"})
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
-            for p in range(partitions)
-        }
-    finally:
-        consumer.close()
 
 
 class LogFollower:

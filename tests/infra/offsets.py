@@ -21,10 +21,13 @@ LEADER_COMING_UP = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
+    # a new leader whose high watermark has not caught up with the ISR's yet (KIP-207)
+    KafkaError.OFFSET_NOT_AVAILABLE,
 }
 
 
-def _transient(exc: KafkaException, codes: set[int]) -> bool:
+def transient(exc: KafkaException, codes: set[int]) -> bool:
+    """Whether ``exc`` is worth asking again: retriable by librdkafka's word or in ``codes``."""
     error = exc.args[0]
     return bool(error.retriable()) or error.code() in codes
 
@@ -41,7 +44,7 @@ def committed(
                 tps = reader.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
                 return {tp.partition: tp.offset for tp in tps}
             except KafkaException as exc:
-                if not _transient(exc, COORDINATOR_MOVING) or time.monotonic() > deadline:
+                if not transient(exc, COORDINATOR_MOVING) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
     finally:
@@ -62,7 +65,7 @@ def log_ends(
                     for p in range(partitions)
                 }
             except KafkaException as exc:
-                if not _transient(exc, LEADER_COMING_UP) or time.monotonic() > deadline:
+                if not transient(exc, LEADER_COMING_UP) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
     finally:
