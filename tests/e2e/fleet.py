@@ -7,6 +7,8 @@ import json
 import re
 import subprocess
 import threading
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -280,10 +282,22 @@ def restarts(pod: dict[str, Any]) -> dict[str, int]:
     return {s["name"]: s["restartCount"] for s in found}
 
 
+BUSY_ATTEMPTS = 5
+
+
 def worker_status(pod: dict[str, Any]) -> dict[str, Any]:
     """The worker's state as its sidecar's ``/status`` serves it, read from the pod's IP (the
     host reaches the pods' bridge, as the kubelet's probes do)."""
     url = f"http://{pod['status']['podIP']}:8080/status"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        found: dict[str, Any] = json.loads(response.read())["worker"]
-    return found
+    for attempt in range(BUSY_ATTEMPTS):
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                found: dict[str, Any] = json.loads(response.read())["worker"]
+            return found
+        except urllib.error.HTTPError as exc:
+            # The sidecar serves two connections per address at once (http_serving.py) and
+            # the kubelet's two probes come from this host's address too: busy, try again.
+            if exc.code != 503 or attempt == BUSY_ATTEMPTS - 1:
+                raise
+            time.sleep(float(exc.headers.get("Retry-After", "1")))
+    raise AssertionError("unreachable")
