@@ -20,6 +20,7 @@ import gc
 import itertools
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -307,6 +308,20 @@ class WorkerProcesses:
         self.started.append(proc)
         return proc
 
+    def stuck_report(self, lines: int = 80) -> str:
+        """The workers still running, each asked for its threads' stacks (SIGUSR1) and shown
+        by the end of its log: where a test that timed out waiting for them finds them."""
+        alive = [(i, proc) for i, proc in enumerate(self.started) if proc.poll() is None]
+        for _, proc in alive:
+            proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)  # faulthandler writes at once; the log file is the worker's stderr
+        parts = []
+        for i, proc in alive:
+            path = self.logs / f"worker-{i}.log"
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {path} (pid {proc.pid}, still running) ---\n" + "\n".join(tail))
+        return "\n".join(parts)
+
     def kill_all(self) -> None:
         for proc in self.started:
             if proc.poll() is None:
@@ -446,4 +461,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.sections.append(
             ("kafka broker", f"log: {log}\n--- last lines ---\n{_broker.log_tail(30)}")
         )
+    processes = getattr(item, "funcargs", {}).get("worker_processes")
+    if report.failed and report.when == "call" and isinstance(processes, WorkerProcesses):
+        report.sections.append(("kafleet workers still running", processes.stuck_report()))
     return report

@@ -4,7 +4,8 @@ Owns: the worker's command-line flags (generated from ``ConsumerConfig``'s field
 config file, the ``KAFLEET_*`` variables and the flags always have the same names), importing
 the handler (``module:function``), signals (SIGTERM or SIGINT: stop intake, drain within
 ``shutdown_grace_s``, commit, leave the group, exit 0; another signal half a second or more
-later: exit 130 at once), the config-file watch for live tuning, and ending on a configuration
+later: exit 130 at once; SIGUSR1: every thread's stack to stderr, the process goes on, for a
+worker that seems stuck), the config-file watch for live tuning, and ending on a configuration
 mistake, wherever it is found (the file, the environment, the flags, the handler's import, the
 consumer's checks at start): the message naming the field, exit code 2, no traceback. Does not
 own any consumer behaviour (``consumer.py``).
@@ -13,6 +14,7 @@ own any consumer behaviour (``consumer.py``).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import math
 import os
@@ -117,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: where it is stuck
     try:  # a mistake ends the same way wherever it is found: named, exit 2, no traceback
         consumer, overrides = _start(args)
     except ConfigError as exc:
