@@ -8,7 +8,9 @@ DataFrame (``arrow_batches.py`` makes it one Arrow table, then one ``createDataF
 row by row); calling the job as ``job(df, batch_info)``, like ``foreachBatch``; the default
 job, an append to a Delta table with the Kafka coordinates as columns; idempotent writes
 (``txnAppId`` = group/topic/partition, ``txnVersion`` = the batch's last offset, and the
-batch's range replaced rather than appended), so a batch written twice lands once; and, for
+batch's range replaced rather than appended), so a batch written twice lands once, in a table
+that, created by them, is partitioned by topic and partition, so that writers of different
+partitions never conflict; and, for
 exactly-once, where each partition's output ends (``stored_offsets``, read by ``delta_log.py``).
 
 Does not own batching, retrying or committing (``shipping.py``, ``poller.py``).
@@ -31,8 +33,8 @@ from kafleet.engine.handlers import TableRows
 from kafleet.engine.partition_state import TP
 from kafleet.engine.record import Record
 from kafleet.errors import ResultError, SinkError
-from kafleet.spark import delta_log
-from kafleet.spark.arrow_batches import ArrowBatches
+from kafleet.spark import delta_files, delta_log
+from kafleet.spark.arrow_batches import COORDINATES, ArrowBatches
 from kafleet.spark.batcher import Batch, Row
 from kafleet.spark.session import build_session, parse_schema
 
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+PARTITIONED_BY = COORDINATES[:2]  # a new exactly-once table's (the default job): topic, partition
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class SparkSink:
         self._session_lock = threading.Lock()
         self._one_at_a_time = threading.Lock()
         self._created = threading.Event()
+        self._new_table = False  # the next write creates the table (the default job)
         self.arrow = ArrowBatches(settings.coordinates)
         self._txn_log: delta_log.TransactionLog | None = None  # kept between assignments
         self.where = settings.remote or settings.master
@@ -211,9 +215,11 @@ class SparkSink:
                 self.job(session.createDataFrame(table), info)
             else:
                 # Writers creating a new table at once conflict (Delta), so the first write
-                # goes alone. So do idempotent ones: a replaceWhere on data columns conflicts
-                # with any concurrent append, so writing them side by side only retries.
+                # goes alone. So do idempotent ones: a replaceWhere conflicts with any
+                # concurrent append to the partitions it reads, so side by side they only retry.
                 with self._one_at_a_time:
+                    if not self._created.is_set():
+                        self._new_table = self._table_is_new(session)
                     self.job(session.createDataFrame(table), info)
                 self._created.set()
         except Exception:
@@ -231,11 +237,28 @@ class SparkSink:
         """
         assert info.table is not None
         writer = df.write.format("delta").options(**info.write_options)
+        if self._new_table and info.idempotent and set(PARTITIONED_BY) <= set(df.columns):
+            # A replaceWhere reads the partitions its predicate names, or the whole of an
+            # unpartitioned table, and conflicts with any append to what it read (Delta's
+            # ConcurrentAppendException): two workers of a group would keep failing each
+            # other's writes. Partitioned by Kafka partition, each write reads only its own.
+            writer = writer.partitionBy(*PARTITIONED_BY)
         if info.idempotent:
             writer = writer.mode("overwrite").option("replaceWhere", info.range_predicate)
         else:
             writer = writer.mode("append")
         writer.save(info.table)
+        if self._new_table:
+            self._new_table = False
+            log.info("created %s with its first batch", info.table)
+
+    def _table_is_new(self, session: SparkSession) -> bool:
+        """Whether ``spark.table`` has no Delta log yet (the first write creates it). A log
+        whose first commit was cleaned up keeps a checkpoint."""
+        if self.settings.table is None:
+            return False
+        files = delta_files.for_session(session, f"{self.settings.table}/_delta_log")
+        return not files.exist([delta_log.commit_name(0)]) and not files.checkpoint_names()
 
     # -- exactly-once (OffsetStore) -------------------------------------------------------
 
