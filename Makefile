@@ -26,8 +26,9 @@ SIDE_TESTS := $(REAL_NODE_TESTS) tests/operator/test_fleet_at_scale.py \
 FAULT_TESTS := tests/faults tests/operator/test_lag_on_a_rolling_cluster.py
 FAULT_SETUP := jars share-jars delta-jars
 # Exactly-once into Delta through a roll, a coordinator kill and a worker killed between its
-# Delta write and its commit: 6 to 8 minutes of two Spark workers, which time out on a machine
-# as busy as make test's (load 30 to 80); `make test-faults-eos` runs it alone.
+# Delta write and its commit: about 4 minutes of two Spark workers since the tables they create
+# are partitioned by Kafka partition (their writes no longer conflict); in the faults session,
+# and alone with `make test-faults-eos`.
 EOS_FAULT_TESTS := tests/faults/test_exactly_once_on_a_rolling_cluster.py
 # Real KEDA's tests: KEDA's build (10 to 20 minutes of both cores) would take a cold CI run past
 # its 40 minutes, so `make bench` builds it and runs them (`make test-keda` alone); `make test`
@@ -127,7 +128,7 @@ test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run e
 	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) $(FAULT_SETUP); \
 	  echo "the three-broker cluster's tests start now, beside the rest of the set-up and the" \
 	    "other tests (they need only the jars); their output: $$faults (shown at the end)"; \
-	  $(PY) -m pytest $(FAULT_TESTS) --ignore=$(EOS_FAULT_TESTS) >$$faults 2>&1 & cluster=$$!; \
+	  $(PY) -m pytest $(FAULT_TESTS) >$$faults 2>&1 & cluster=$$!; \
 	  trap 'kill $$cluster 2>/dev/null || true' EXIT; \
 	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana; \
 	  echo "the real node's tests and the slowest run beside the others; their output: $$log" \
@@ -145,7 +146,7 @@ test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run e
 	fi
 
 .PHONY: test-faults-eos
-test-faults-eos: venv jars delta-jars ## Exactly-once into Delta on three brokers through a roll and kills (alone: 6 to 8 minutes of two Spark workers).
+test-faults-eos: venv jars delta-jars ## Exactly-once into Delta on three brokers through a roll and kills, alone (about 4 minutes; make test runs it too).
 	$(PY) -m pytest $(EOS_FAULT_TESTS) $(PYTEST_ARGS)
 
 .PHONY: bench
