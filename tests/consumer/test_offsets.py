@@ -160,3 +160,34 @@ def test_completions_for_a_removed_partition_are_ignored() -> None:
 
     assert tracker.done(TP, 0, 1) is False
     assert tracker.to_commit() == {}
+
+
+def test_a_partition_resumed_after_its_sinks_output_commits_that_point_with_no_record() -> None:
+    """Exactly-once: the sink wrote up to 1480, the commit after it was lost, and the log ends
+    there. No record will come, so the resume point itself must be committed."""
+    tracker = OffsetTracker(gated=True)
+    tracker.assign(TP)
+    tracker.resume(TP, 1480)
+
+    assert tracker.to_commit() == {TP: 1480}
+
+
+def test_records_after_a_resume_point_carry_the_commit_on_from_it() -> None:
+    tracker = OffsetTracker(gated=True)
+    tracker.assign(TP)
+    tracker.resume(TP, 972)
+    assert tracker.add(TP, 975, 979, 5) == 972  # a gap after the resume point is covered
+
+    tracker.done(TP, 972, 980, 5)
+    assert tracker.to_commit() == {TP: 972}  # done, not yet written
+    tracker.ship(TP, 980)
+    assert tracker.to_commit() == {TP: 980}
+
+
+def test_a_resume_point_never_moves_a_partition_that_has_records() -> None:
+    tracker = OffsetTracker(gated=True)
+    tracker.assign(TP)
+    tracker.add(TP, 10, 14, 5)
+    tracker.resume(TP, 500)
+
+    assert tracker.handled(TP) == 10

@@ -112,6 +112,40 @@ def test_exactly_once_survives_twenty_sigkills_with_every_record_in_the_table_on
     assert sorted(n for *_, n in rows) == list(range(4_000))
 
 
+def test_a_table_written_to_the_log_end_whose_commit_was_lost_is_committed_by_the_next_owner(
+    topic_factory: TopicFactory,
+    produce: Callable[..., ProduceReport],
+    group_id: Callable[[], str],
+    spark_worker: Callable[..., subprocess.Popen[bytes]],
+    spark_connect: ConnectServer,
+    committed_offsets: Committed,
+    table: str,
+    table_rows: Rows,
+) -> None:
+    """The first worker writes every record and is killed before it commits (it commits only
+    every ten minutes). The next owner resumes each partition after the table's output, at
+    the log end, where no record will come: it commits that point all the same, or the group
+    would show a lag that no consumer can ever work off."""
+    topic, group = topic_factory(partitions=3), group_id()
+    report = produce(topic, 600)
+    flags = ("--guarantee", "exactly-once", "--spark.remote", spark_connect.url)
+    flags += ("--group-instance-id", "eos-end", "--session-timeout-ms", "6000")
+
+    first = spark_worker(topic, group, table, *flags, "--commit-interval-ms", "600000")
+    wait_until(lambda: len(table_rows(table)) == 600, 180, "every record in the table", every=1)
+    kill(first)
+    assert not all_committed(committed_offsets, group, topic, report)  # the lost commit
+    spark_worker(topic, group, table, *flags)
+    wait_until(
+        lambda: all_committed(committed_offsets, group, topic, report),
+        120,
+        "the table's output committed",
+        every=0.5,
+    )
+
+    assert sorted(n for *_, n in table_rows(table)) == list(range(600))
+
+
 def test_exactly_once_with_a_batch_handler_survives_sigkills_with_every_record_once(
     topic_factory: TopicFactory,
     produce: Callable[..., ProduceReport],

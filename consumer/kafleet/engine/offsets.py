@@ -143,6 +143,16 @@ class OffsetTracker:
         with self._lock:
             self._partitions[tp] = PartitionOffsets(committed=committed)
 
+    def resume(self, tp: TopicPartitionKey, offset: int) -> None:
+        """``tp`` starts at ``offset`` with everything below it done and written (exactly-once:
+        the sink's output is ahead of the committed offset, its commit was lost), so
+        ``offset`` may be committed before any record arrives: at a log end none will. Nothing
+        happens to a partition that has records already."""
+        with self._lock:
+            partition = self._partitions.get(tp)
+            if partition is not None and partition.next_offset is None:
+                partition.next_offset = partition.low = partition.shipped = offset
+
     def remove(self, tp: TopicPartitionKey) -> None:
         """Forget a partition; completions that arrive for it later are ignored."""
         with self._lock:

@@ -103,6 +103,7 @@ class Rebalance:
             offset = stored.get(tp)
             if offset is not None and offset > committed.get(tp, -1):
                 log.info("%s[%d] resumes at %d, after the sink's output", *tp, offset)
+                p.offsets.resume(tp, offset)  # committed even if no record comes after it
                 points.append(TopicPartition(*tp, offset))
             else:
                 points.append(TopicPartition(*tp))  # the committed offset, or the reset policy
