@@ -170,6 +170,7 @@ class Rebalance:
         p.queues.close_partitions(tps)
         p.hold.drop(tps)
         self._forget(consumer, tps)  # another member owns them now: commit nothing
+        p.joined = False  # out of the group (its session expired) until the next assignment
         p.stats.add(lost=len(tps), rebalances=1)
         log.warning("lost %s; nothing committed for them", tps)
 

@@ -170,7 +170,10 @@ def readiness(
             f"the worker's state is {now - written:.1f} s old (stale after {stale_after_s:g} s)"
         )
     elif not state.get("joined"):
-        reasons.append("the worker has not joined its group yet")
+        reasons.append(
+            "the worker is not in its group: not joined yet, or it lost its partitions "
+            "(cut off from the coordinator for a session) and is joining again"
+        )
     age = max(0.0, now - written)
     for name, stall in _stalls(state):
         restarts = int(stall.get("restarts", 0))
