@@ -17,8 +17,13 @@ PYTEST_ARGS ?=
 # together; 0 runs all in one session. With PYTEST_ARGS set, one session runs those.
 TEST_SPLIT ?= 1
 REAL_NODE_TESTS := tests/e2e tests/testbed/test_real_node.py
+# The whole operator on three brokers while one dies (OPERATOR_FAULT_TESTS) needs the control
+# plane as well as the cluster: not in the three-broker session, which starts before the
+# control plane's binaries are built (k8s-tools, the set-up's critical path), but last in this
+# one, which starts its own three brokers for it (80 to 100 s in all).
+OPERATOR_FAULT_TESTS := tests/operator/test_operator_on_a_rolling_cluster.py
 SIDE_TESTS := $(REAL_NODE_TESTS) tests/operator/test_fleet_at_scale.py \
-  tests/spark/test_spark_workers.py
+  tests/spark/test_spark_workers.py $(OPERATOR_FAULT_TESTS)
 # The tests of moves and failures on a cluster of three brokers (tests/faults: rolling
 # bounces, killed coordinators and leaders, bounced workers; the operator's lag reading) mostly
 # wait on sessions and elections, and need only the jars: a third session, started as soon as

@@ -228,13 +228,18 @@ class LaggingGroup:
 @pytest.fixture
 def lagging_group(
     cluster_intact: KafkaCluster, request: pytest.FixtureRequest
-) -> Callable[[int], LaggingGroup]:
-    """``lagging_group(partitions)``: a topic of ``partitions`` (replicated on the three nodes,
-    ``min.insync.replicas`` 2) with 300 records in each, and a group that committed 50 fewer
-    in each partition than in the one before (partition 0: none)."""
+) -> Callable[..., LaggingGroup]:
+    """``lagging_group(partitions, records=None, committed=None)``: a topic of ``partitions``
+    (replicated on the three nodes, ``min.insync.replicas`` 2) with ``records[p]`` records in
+    partition ``p`` (by default 300 in each), and a group that committed ``committed[p]`` in
+    each (by default 50 fewer in each partition than in the one before; partition 0: none)."""
     name = re.sub(r"[^a-zA-Z0-9]+", "-", request.node.name).strip("-")[:50]
 
-    def make(partitions: int = 6) -> LaggingGroup:
+    def make(
+        partitions: int = 6,
+        records: Sequence[int] | None = None,
+        committed: Sequence[int] | None = None,
+    ) -> LaggingGroup:
         topic = f"rolling-{name}-{uuid.uuid4().hex[:8]}"
         bootstrap: dict[str, str | int | float | bool] = {
             "bootstrap.servers": cluster_intact.bootstrap
@@ -242,19 +247,23 @@ def lagging_group(
         admin = AdminClient(bootstrap)
         admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
         producer = Producer({**bootstrap, "acks": "all"})
-        ends = dict.fromkeys(range(partitions), 300)
+        ends = dict(enumerate([300] * partitions if records is None else records))
+        assert len(ends) == partitions, f"{len(ends)} record counts for {partitions} partitions"
         for partition, end in ends.items():
             for n in range(end):
                 producer.produce(topic, str(n).encode(), partition=partition)
         assert producer.flush(30) == 0
-        committed = {p: 50 * p for p in range(partitions)}
+        if committed is None:
+            committed = [50 * p for p in range(partitions)]
+        commits = dict(enumerate(committed))
+        assert len(commits) == partitions, f"{len(commits)} commits for {partitions} partitions"
         committer = Consumer({**bootstrap, "group.id": f"{topic}-group"})
         try:
-            offsets = [TopicPartition(topic, p, o) for p, o in committed.items()]
+            offsets = [TopicPartition(topic, p, o) for p, o in commits.items()]
             committer.commit(offsets=offsets, asynchronous=False)
         finally:
             committer.close()
-        return LaggingGroup(topic, f"{topic}-group", ends, committed)
+        return LaggingGroup(topic, f"{topic}-group", ends, commits)
 
     return make
 
