@@ -8,6 +8,7 @@ was SIGKILLed: ``test_lag_on_a_rolling_cluster.py``."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import pytest
@@ -177,3 +178,21 @@ def test_degraded_lasts_only_while_the_lag_cannot_be_read(
     assert patch.status["lag"] == 1000  # the whole lag, the partitions that were dead included
     judged = {c["type"]: c for c in conditions.judge(conditions.Facts(1, applied=1, lag=during))}
     assert judged["Degraded"]["reason"] == "LagUnreadable"  # the pass's status says so
+
+
+def test_the_operator_logs_once_when_lag_becomes_unreadable_and_once_when_it_is_read_again(
+    lag_passes: Callable[..., Passes], caplog: pytest.LogCaptureFixture
+) -> None:
+    fleet = lag_passes(want(), 6, {"lag_per_replica": 100, "max_replicas": 10})
+    caplog.set_level(logging.INFO, logger="kafleet.operator")
+
+    fleet.observe(read_all())
+    for _ in range(3):
+        fleet.observe(dead_leader())
+    fleet.observe(read_all())
+
+    said = [r.getMessage() for r in caplog.records if "lag" in r.getMessage()]
+    assert len([m for m in said if "cannot read lag (LagUnreadable)" in m]) == 1
+    again = [m for m in said if "lag read again" in m]
+    assert len(again) == 1
+    assert "(1000 after 3 failed reads)" in again[0]

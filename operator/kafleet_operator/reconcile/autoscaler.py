@@ -96,6 +96,14 @@ def observe_lag(
             message = f"bootstrap_servers {worker.bootstrap_servers}: {lag_reader.describe(exc)}"
             reason = "KafkaUnreachable"
         return _unreadable(body, parsed, patch, memo, replicas, reason, message)
+    if memo["failures"]:
+        log.info(
+            "%s/%s: lag read again (%d after %d failed reads)",
+            namespace,
+            name,
+            reading.total,
+            memo["failures"],
+        )
     memo["failures"] = 0
     offsets: histories.Offsets = memo["offsets"]
     # The sums over one set of partitions: a topic or a first commit changes the set, and
@@ -189,6 +197,9 @@ def _unreadable(
             if decision.reason == "Fallback"
             else f"; holding {replicas} replicas"
         )
+    if memo["failures"] == 1:  # the condition says so on every pass; the log, once
+        namespace, name = body.metadata["namespace"], body.metadata["name"]
+        log.warning("%s/%s: cannot read lag (%s): %s", namespace, name, reason, message)
     return condition("Degraded", True, reason, f"cannot read lag: {message}", generation), []
 
 
