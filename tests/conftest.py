@@ -319,7 +319,9 @@ class WorkerProcesses:
         for i, proc in alive:
             path = self.logs / f"worker-{i}.log"
             tail = path.read_text(errors="replace").splitlines()[-lines:]
-            parts.append(f"--- {path} (pid {proc.pid}, still running) ---\n" + "\n".join(tail))
+            # SIGUSR1 ends a worker still importing, before it set its handler up
+            state = "still running" if proc.poll() is None else "was starting: ended by SIGUSR1"
+            parts.append(f"--- {path} (pid {proc.pid}, {state}) ---\n" + "\n".join(tail))
         return "\n".join(parts)
 
     def kill_all(self) -> None:

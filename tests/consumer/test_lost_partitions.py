@@ -4,11 +4,15 @@ a real node cut from its brokers: ``tests/e2e/test_network_cut.py``."""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
 from unittest.mock import MagicMock
 
 from confluent_kafka import TopicPartition
 
+from kafleet.engine.poller import Poller
 from kafleet.engine.rebalance import Rebalance
+from kafleet.engine.statistics import read_statistics
 from kafleet.health import assessment
 
 
@@ -38,3 +42,29 @@ def test_a_worker_out_of_its_group_is_not_ready_and_says_why() -> None:
 
     assert not verdict.ok
     assert any("not in its group" in reason for reason in verdict.reasons)
+
+
+def _stats(state: str, join_state: str) -> str:
+    return json.dumps({"cgrp": {"state": state, "join_state": join_state}, "topics": {}})
+
+
+def test_librdkafkas_statistics_say_whether_the_member_is_steady_in_its_group() -> None:
+    assert read_statistics(_stats("up", "steady"), [], True)[2]
+    assert not read_statistics(_stats("up", "wait-join"), [], True)[2]
+    assert not read_statistics(_stats("query-coord", "init"), [], True)[2]
+    assert not read_statistics("not json", [], True)[2]
+
+
+def test_a_member_steady_again_with_no_partition_is_back_in_its_group() -> None:
+    """KIP-848 calls no ``on_assign`` when a rejoin brings the same (empty) assignment
+    (``rd_kafka_cgrp_consumer_reset``, then "Assignment is the same"): the statistics tell."""
+    watch = MagicMock()
+    watch.statistics.return_value = {}
+    poller = SimpleNamespace(fetch_watch=watch, assigned=set(), joined=False, closing=False)
+
+    watch.group_steady = False
+    Poller._on_statistics(poller, "{}")  # type: ignore[arg-type]
+    assert poller.joined is False
+    watch.group_steady = True
+    Poller._on_statistics(poller, "{}")  # type: ignore[arg-type]
+    assert poller.joined is True

@@ -260,5 +260,7 @@ def test_a_worker_cut_off_from_the_brokers_loses_its_partitions_to_the_other_and
     )
     assert said, silent
     assert said[0][0] <= SAYS_SO_WITHIN_S, f"{silent}; first failing {said[0][0]:.0f} s in"
+    out = [a for a in during if a.joined is False and a.ready and "not in its group" in a.ready[1]]
+    assert out, f"{silent}; /readyz never said the worker is not in its group"
     print(f"network cut: its sidecar failing {said[0][0]:.0f} s in: {said[0][1]}")
     fleet_cluster.kubectl("delete", "kcg", "-n", ns, name, "--wait=false")

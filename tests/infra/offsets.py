@@ -60,13 +60,17 @@ def log_ends(
     try:
         while True:
             try:
-                return {
-                    p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                marks = {
+                    p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
                     for p in range(partitions)
                 }
+                if all(m is not None for m in marks.values()):
+                    return {p: m[1] for p, m in marks.items() if m is not None}
+                if time.monotonic() > deadline:  # None: the question timed out
+                    raise AssertionError(f"the log ends of {topic} timed out: {marks}")
             except KafkaException as exc:
                 if not transient(exc, LEADER_COMING_UP) or time.monotonic() > deadline:
                     raise
-                time.sleep(0.2)
+            time.sleep(0.2)
     finally:
         reader.close()

@@ -106,6 +106,7 @@ class FetchWatch:
         self._read_committed = isolation == "read_committed"
         self._earliest = config.auto_offset_reset == "earliest"
         self.readings: dict[TP, Reading] = {}
+        self.group_steady = False  # the latest statistics: the member is steady in its group
         self._parts: dict[TP, _Partition] = {}
         self._episodes: dict[TP, Episode] = {}
         self._next_check = 0.0
@@ -117,7 +118,9 @@ class FetchWatch:
 
     def statistics(self, raw: str, assigned: Iterable[TP]) -> dict[TP, tuple[int, int]]:
         """Keep librdkafka's statistics; return each partition's (high watermark, app offset)."""
-        ends, self.readings = read_statistics(raw, assigned, self._read_committed)
+        ends, self.readings, self.group_steady = read_statistics(
+            raw, assigned, self._read_committed
+        )
         return ends
 
     def assigned(self, tps: Iterable[TP]) -> None:

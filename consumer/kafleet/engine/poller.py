@@ -269,8 +269,12 @@ class Poller:
         return result
 
     def _on_statistics(self, raw: str) -> None:
-        """librdkafka's statistics: each assigned partition's log end and position."""
+        """librdkafka's statistics: each assigned partition's log end and position; and, for a
+        member back in its group with no partition (KIP-848 calls no ``on_assign`` when a
+        rejoin brings the same empty assignment), that it is in its group again."""
         self.log_ends = self.fetch_watch.statistics(raw, self.assigned)
+        if self.fetch_watch.group_steady and not self.joined and not self.closing:
+            self.joined = True
 
     def _held(self, tp: TP) -> bool:
         """Whether kafleet itself keeps ``tp`` from flowing (paused, stopping, revoking)."""

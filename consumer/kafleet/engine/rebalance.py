@@ -81,7 +81,11 @@ class Rebalance:
         p.stats.add(assigned=len(tps), rebalances=1)
         log.info("assigned %s", tps)
         if p.offset_store is not None and tps:
-            consumer.incremental_assign(self.resume_points(consumer, tps))
+            points = self.resume_points(consumer, tps)
+            for point in points:  # after the sink's output: committed even if no record comes
+                if point.offset >= 0:
+                    p.offsets.resume((point.topic, point.partition), point.offset)
+            consumer.incremental_assign(points)
         if p.closing or p.holding:
             consumer.pause([TopicPartition(*tp) for tp in tps])
 
@@ -103,7 +107,6 @@ class Rebalance:
             offset = stored.get(tp)
             if offset is not None and offset > committed.get(tp, -1):
                 log.info("%s[%d] resumes at %d, after the sink's output", *tp, offset)
-                p.offsets.resume(tp, offset)  # committed even if no record comes after it
                 points.append(TopicPartition(*tp, offset))
             else:
                 points.append(TopicPartition(*tp))  # the committed offset, or the reset policy

@@ -7,7 +7,8 @@ the consumer's ``isolation.level`` sees it (``ls_offset`` for read_committed, li
 default, so an open transaction is no lag), the furthest of librdkafka's own positions (the
 fetcher's ``next_offset`` passes transaction markers and aborted records that no record
 returned to kafleet shows), the fetch state, the records fetched and not read yet
-(``fetchq_cnt``), and whether the partition has a leader. Field names as ``rdkafka.c``'s
+(``fetchq_cnt``), and whether the partition has a leader; and whether the member is steady in
+its group. Field names as ``rdkafka.c``'s
 ``rd_kafka_stats_emit_toppar`` writes them; a log end there is learnt from fetch responses, so
 it stops moving when the partition's fetcher does.
 
@@ -40,13 +41,18 @@ def _offset(value: object) -> int | None:
 
 def read_statistics(
     raw: str, assigned: Iterable[TP], read_committed: bool
-) -> tuple[dict[TP, tuple[int, int]], dict[TP, Reading]]:
+) -> tuple[dict[TP, tuple[int, int]], dict[TP, Reading], bool]:
     """librdkafka's statistics JSON: per assigned partition with a known high watermark, that
-    and its application offset (for lag), and per assigned partition its ``Reading``."""
+    and its application offset (for lag), per assigned partition its ``Reading``, and whether
+    the member is steady in its group (``cgrp``: state ``up``, join state ``steady``), which
+    an assignment of no partitions under KIP-848 tells in no other way."""
     try:
-        topics = json.loads(raw).get("topics", {})
+        stats = json.loads(raw)
     except ValueError:
-        return {}, {}
+        return {}, {}, False
+    group = stats.get("cgrp") or {}
+    steady = group.get("state") == "up" and group.get("join_state") == "steady"
+    topics = stats.get("topics", {})
     wanted = set(assigned)
     ends: dict[TP, tuple[int, int]] = {}
     readings: dict[TP, Reading] = {}
@@ -68,4 +74,4 @@ def read_statistics(
                 int(part.get("fetchq_cnt", 0)),
                 int(part.get("leader", 0)) >= 0,  # -1: no leader known
             )
-    return ends, readings
+    return ends, readings, steady
