@@ -1,0 +1,117 @@
+"""Operator pods share the shards of ConsumerGroups through real Leases on a real kube-apiserver:
+one pod alone leads every shard; a second pod takes its share at its next steps; a pod that
+stops renewing (killed) loses its shards to the other once its Leases went unchanged for their
+duration, and has stood down by then; a pod that leaves cleanly releases its shards and the
+other takes them at its next step; no shard is ever led by two pods at once. The clock is each
+pod's own, moved by the test (the rules: ``test_leadership_policies.py``)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as k8s_client
+
+from kafleet_operator.policy import shards
+from kafleet_operator.policy.leases import Timing
+from kafleet_operator.reconcile.elector import Elector
+from tests.conftest import K8s
+
+SHARDS = 4
+TIMING = Timing(duration_s=15, renew_deadline_s=10.0, retry_s=2.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def pods(k8s: K8s, namespace: str) -> tuple[Elector, Elector, Clock]:
+    clock = Clock()
+    api = k8s_client.CoordinationV1Api(k8s.api)
+    a = Elector("pod-a", namespace, SHARDS, api, TIMING, clock=clock)
+    b = Elector("pod-b", namespace, SHARDS, api, TIMING, clock=clock)
+    return a, b, clock
+
+
+def _steps(clock: Clock, *pods: Elector, seconds: float = TIMING.retry_s) -> None:
+    for pod in pods:
+        pod.step()
+    clock.now += seconds
+
+
+def test_one_pod_alone_leads_every_shard(pods: tuple[Elector, Elector, Clock]) -> None:
+    a, _, clock = pods
+    _steps(clock, a)
+    assert a.led == frozenset(range(SHARDS))
+
+
+def test_a_second_pod_gets_its_share_and_no_shard_is_led_twice(
+    pods: tuple[Elector, Elector, Clock],
+) -> None:
+    a, b, clock = pods
+    _steps(clock, a)
+    for _ in range(3):
+        _steps(clock, b, a)
+        assert not a.led & b.led
+    assert len(a.led) == len(b.led) == SHARDS // 2
+    assert a.led | b.led == frozenset(range(SHARDS))
+    assert a.owns("team", "orders") != b.owns("team", "orders")
+
+
+def test_a_killed_pods_shards_go_to_the_other_once_its_leases_expire(
+    pods: tuple[Elector, Elector, Clock],
+) -> None:
+    a, b, clock = pods
+    for _ in range(3):
+        _steps(clock, a, b)
+    held_by_a = a.led
+    for _ in range(int(TIMING.duration_s / TIMING.retry_s) + 2):  # a is dead: only b steps
+        _steps(clock, b)
+        if held_by_a & b.led:
+            break
+    else:
+        pytest.fail(f"b never took a's shards {sorted(held_by_a)}: it leads {sorted(b.led)}")
+    group = next(
+        ("team", f"g{i}")
+        for i in range(1_000)
+        if shards.shard_of("team", f"g{i}", SHARDS) in held_by_a
+    )
+    assert not a.owns(*group)  # stalled past its renew deadline, it acts on nothing before a step
+    a.step()  # were a only slow, it finds it must stand down: never two leaders
+    assert not a.led & b.led
+    for _ in range(2):  # back, it is a member again: b gives it its share
+        _steps(clock, b, a)
+        assert not a.led & b.led
+    assert a.led | b.led == frozenset(range(SHARDS))
+    assert len(a.led) == len(b.led)
+
+
+def test_a_pod_that_leaves_cleanly_hands_its_shards_over_at_the_others_next_step(
+    pods: tuple[Elector, Elector, Clock],
+) -> None:
+    a, b, clock = pods
+    for _ in range(3):
+        _steps(clock, a, b)
+    a.release()
+    assert a.led == frozenset()
+    _steps(clock, b)
+    assert b.led == frozenset(range(SHARDS))
+
+
+def test_no_pod_leads_under_a_new_shard_count_while_a_lease_of_the_old_lives(
+    k8s: K8s, namespace: str, pods: tuple[Elector, Elector, Clock]
+) -> None:
+    old, _, clock = pods
+    new = Elector(
+        "pod-new", namespace, 8, k8s_client.CoordinationV1Api(k8s.api), TIMING, clock=clock
+    )
+    _steps(clock, old)
+    _steps(clock, new, old)
+    assert new.led == frozenset()
+    assert old.led == frozenset(range(SHARDS))
+    old.release()
+    _steps(clock, new)
+    assert new.led == frozenset(range(8))
