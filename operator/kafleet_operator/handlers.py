@@ -28,19 +28,29 @@ naming it (``Degraded``) and retries with backoff, so the name is taken once it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import kopf
 
 from kafleet_operator.policy.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.reading import watched
-from kafleet_operator.reconcile import applying, lag_source, observer, owned, periodic
+from kafleet_operator.reconcile import (
+    applying,
+    lag_source,
+    leadership,
+    observer,
+    owned,
+    periodic,
+)
 
 # `kafleet operator --interval-s` sets this (before this module loads).
 INTERVAL_S = float(os.environ.get("KAFLEET_OPERATOR_INTERVAL_S", "5"))
+log = logging.getLogger("kafleet.operator")
 MANAGED = watched.MANAGED
 OWNED = (("apps", "v1", "deployments"), ("v1", "configmaps"), ("v1", "services"))
 
@@ -63,7 +73,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # No handler needs a finalizer; kopf removes this one from groups an older operator marked.
     settings.persistence.finalizer = "kafleet.io/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kafleet.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = LedDiffBase(
         prefix="kafleet.io", key="last-handled-configuration"
     )
     # Watches end server-side after a minute and are re-established; a silent connection is
@@ -95,13 +105,7 @@ async def groups(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, A
 async def start_observing(memo: kopf.Memo, **kwargs: Any) -> None:
     watched.bind(**{name: kwargs[name] for name in ("deployments", "config_maps", "pods")})
     groups = kwargs["groups"]  # the index above
-    pass_ = periodic.run(
-        groups,
-        observer.observe_group,
-        lag_source.target,
-        INTERVAL_S,
-        observed=applying.reconciled.__contains__,
-    )
+    pass_ = periodic.run(groups, observe, lag_source.target, INTERVAL_S, observed=observed)
     memo["observing"] = asyncio.get_running_loop().create_task(pass_)
 
 
@@ -110,6 +114,8 @@ async def stop_observing(memo: kopf.Memo, **_: Any) -> None:
     task = memo.get("observing")
     if task is not None:
         task.cancel()
+    # Leaving: the Leases go back at once, so a standby leads within its next step.
+    await asyncio.to_thread(leadership.stop)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -118,14 +124,16 @@ async def stop_observing(memo: kopf.Memo, **_: Any) -> None:
 def reconcile(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: int, **_: Any
 ) -> None:
-    applying.reconcile(body, status, patch, retry)
+    with _leading():
+        applying.reconcile(body, status, patch, retry)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     """A pause annotation added, changed or removed: apply the group's objects as they should
     be now. The first sight of a group is the create or resume handler's."""
-    applying.pause_changed(type, body, patch)
+    with _leading():
+        applying.pause_changed(type, body, patch)
 
 
 @kopf.on.event(*OWNED[0], labels=MANAGED)
@@ -133,4 +141,45 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch, **_: Any) -> No
 @kopf.on.event(*OWNED[2], labels=MANAGED)
 def put_back(type: str, body: kopf.Body, **kwargs: Any) -> None:
     """An owned object deleted, or changed by anyone but this process: put back."""
-    owned.on_event(type, body, kwargs["groups"])  # kwargs["groups"]: the index above
+    with _leading():
+        owned.on_event(type, body, kwargs["groups"])  # kwargs["groups"]: the index above
+
+
+@contextlib.contextmanager
+def _leading() -> Iterator[None]:
+    """A handler whose group's shard was lost while it ran has written nothing since (the
+    fence, ``leadership.writing``): it ends as done, so kopf writes no retry on the group; the
+    new leader adopts the group."""
+    try:
+        yield
+    except leadership.NotLeaderError as exc:
+        log.info("%s: left to the shard's new leader", exc)
+
+
+class LedDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's last-handled configuration, written only by the pod that leads the group's
+    shard: kopf stores it after every change even when no handler acted, and a standby that
+    wrote it would make the leader see no change (and write besides)."""
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        if leadership.owns_body(body):
+            super().store(body=body, patch=patch, essence=essence)
+
+
+def observed(body: Mapping[str, Any]) -> bool:
+    """Whether the periodic pass observes the group: kopf has handed it over and this pod leads
+    its shard (another pod's groups are forgotten here, their metrics with them)."""
+    uid = str(body["metadata"]["uid"])
+    if not leadership.owns_body(body):
+        applying.reconciled.discard(uid)
+        return False
+    return uid in applying.listed
+
+
+def observe(body: Mapping[str, Any], memo: dict[str, Any]) -> None:
+    """One pass of a led group: adopted first if this pod came to lead it since kopf handed it
+    over (``applying.adopt``)."""
+    with _leading():
+        if str(body["metadata"]["uid"]) not in applying.reconciled:
+            applying.adopt(body)
+        observer.observe_group(body, memo)

@@ -12,9 +12,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
+from typing import TYPE_CHECKING
 
 from kafleet.config.share import CLASSPATH_ENV
+
+if TYPE_CHECKING:
+    from kafleet_operator.reconcile.elector import Elector
+
+MAX_SHARDS = 256
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +57,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"process: Java 11+ and JPype needed); default: ${CLASSPATH_ENV} (the kafleet-spark "
         "image sets it)",
     )
+    parser.add_argument(
+        "--shards",
+        type=_shard_count,
+        default=0,
+        help="split the groups into this many shards, each led by one operator pod through a "
+        "coordination.k8s.io Lease (kafleet-operator-<i>-of-<n>); the other pods stand by and "
+        "take over a shard whose leader is gone; 0: no Leases, this is the only operator",
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE") or None,
+        help="where the shards' Leases are kept; default: $POD_NAMESPACE",
+    )
+    parser.add_argument(
+        "--identity",
+        default=os.environ.get("POD_NAME") or socket.gethostname(),
+        help="this pod's name in the Leases; default: $POD_NAME, else the host name",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+
+
+def _shard_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+    if not 0 <= count <= MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"0 to {MAX_SHARDS}, not {count}")
+    return count
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"error: --metrics-address {args.metrics_address}: {exc}", file=sys.stderr)
         return 2
+    if args.shards and not args.lease_namespace:
+        print(
+            "error: --shards needs --lease-namespace (or $POD_NAMESPACE): where the Leases are",
+            file=sys.stderr,
+        )
+        return 2
     os.environ["KAFLEET_OPERATOR_SIDECAR_URL"] = args.sidecar_url
     os.environ["KAFLEET_OPERATOR_INTERVAL_S"] = str(args.interval_s)
     if args.share_classpath:  # the reading processes (spawned) take it from there
@@ -79,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from kafleet_operator import handlers  # registers the handlers, with the settings above
+    from kafleet_operator.reconcile import leadership
 
     log = logging.getLogger("kafleet.operator")
     log.info(
@@ -87,10 +129,29 @@ def run(args: argparse.Namespace) -> int:
         handlers.INTERVAL_S,
         args.metrics_address,
     )
-    kopf.run(
-        standalone=True,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=args.liveness,
-    )
+    if args.shards:
+        chosen = _elector(args)
+        leadership.start(chosen, chosen.timing.retry_s)
+    try:
+        kopf.run(
+            standalone=True,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            liveness_endpoint=args.liveness,
+        )
+    finally:
+        leadership.stop()
     return 0
+
+
+def _elector(args: argparse.Namespace) -> Elector:
+    """The Lease edge of this pod, started before kopf hands over any group."""
+    from kubernetes import client as k8s
+
+    from kafleet_operator.reconcile import elector, kube
+
+    api = k8s.CoordinationV1Api(kube.client())
+    logging.getLogger("kafleet.operator").info(
+        "%s: %d shards, Leases in %s", args.identity, args.shards, args.lease_namespace
+    )
+    return elector.Elector(args.identity, args.lease_namespace, args.shards, api)

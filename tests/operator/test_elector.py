@@ -7,6 +7,8 @@ pod's own, moved by the test (the rules: ``test_leadership_policies.py``)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from kubernetes import client as k8s_client
 
@@ -115,3 +117,57 @@ def test_no_pod_leads_under_a_new_shard_count_while_a_lease_of_the_old_lives(
     old.release()
     _steps(clock, new)
     assert new.led == frozenset(range(8))
+
+
+def _one_group_per_shard(count: int) -> list[tuple[str, str]]:
+    found: dict[int, tuple[str, str]] = {}
+    for i in range(10_000):
+        found.setdefault(shards.shard_of("team", f"g{i}", count), ("team", f"g{i}"))
+        if len(found) == count:
+            return [found[s] for s in range(count)]
+    raise AssertionError(f"no group for every one of {count} shards")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_under_stalls_kills_restarts_and_leaves_no_group_is_ever_owned_by_two_pods(
+    k8s: K8s, namespace: str, seed: int
+) -> None:
+    """Three pods step at random on one clock; at random one stalls (steps no more for up to
+    twice a Lease's duration, then goes on as if nothing happened), is killed (never steps
+    again; a new pod starts in its place) or leaves cleanly (and a new pod starts). After every
+    step of any pod, every group is owned by at most one pod; and once all is quiet, every
+    shard is led again."""
+    rng = random.Random(seed)
+    clock = Clock()
+    api = k8s_client.CoordinationV1Api(k8s.api)
+    groups = _one_group_per_shard(SHARDS)
+    born = iter(range(1_000))
+    pods = {f"pod-{next(born)}": 0.0 for _ in range(3)}  # identity -> stalled until
+    electors = {i: Elector(i, namespace, SHARDS, api, TIMING, clock=clock) for i in pods}
+    handovers = 0
+    for _ in range(150):
+        clock.now += rng.uniform(0.3, TIMING.retry_s)
+        for identity in rng.sample(sorted(pods), len(pods)):
+            if pods[identity] > clock.now:
+                continue  # stalled
+            electors[identity].step()
+            owners = [[i for i in pods if electors[i].owns(*g)] for g in groups]
+            assert all(len(o) <= 1 for o in owners), f"two owners at {clock.now}: {owners}"
+        fate = rng.random()
+        victim = rng.choice(sorted(pods))
+        if fate < 0.05:
+            pods[victim] = clock.now + rng.uniform(1, 2 * TIMING.duration_s)
+        elif fate < 0.10:
+            if rng.random() < 0.5:
+                electors[victim].release()
+            del pods[victim]
+            newcomer = f"pod-{next(born)}"
+            pods[newcomer] = 0.0
+            electors[newcomer] = Elector(newcomer, namespace, SHARDS, api, TIMING, clock=clock)
+            handovers += 1
+    for identity in pods:
+        pods[identity] = 0.0
+    for _ in range(int(TIMING.duration_s / TIMING.retry_s) + 4):
+        _steps(clock, *(electors[i] for i in pods))
+    led = [i for i in pods for g in groups if electors[i].owns(*g)]
+    assert len(led) == SHARDS, f"after {handovers} pods came and went, shards led: {led}"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kafleet_operator.policy import leases, shards
 from kafleet_operator.policy.leases import Observed, Record, Timing
 
-T = Timing()
+T = Timing(duration_s=15, renew_deadline_s=10.0, retry_s=2.0)  # client-go's
 
 
 def test_a_lease_no_one_holds_is_taken_at_once() -> None:

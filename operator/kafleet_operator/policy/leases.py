@@ -28,9 +28,12 @@ from typing import Literal
 Action = Literal["acquire", "renew", "stand-by", "stand-down"]
 
 # client-go's defaults (leaderelection.LeaderElectionConfig, as KEDA and controller-runtime
-# use them): a holder that died is replaced within DURATION + RETRY seconds of its last renewal.
-DURATION_S = 15
-RENEW_DEADLINE_S = 10.0
+# use them) are 15 s, 10 s and 2 s. A holder that died is replaced within DURATION + 2 RETRY
+# seconds of its last renewal (a standby sees the renewal at its next step, and takes the Lease
+# at the step after the duration): 10 s here, so a SIGKILLed leader is replaced within 15 s of
+# its death, not 19. The renew deadline keeps client-go's margin of 3 s below the duration.
+DURATION_S = 10
+RENEW_DEADLINE_S = 7.0
 RETRY_S = 2.0
 
 

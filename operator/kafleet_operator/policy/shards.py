@@ -21,12 +21,14 @@ Pure: no I/O. Reading the Leases and keeping the shards led is the edge's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 
 PREFIX = "kafleet-operator"
 
 
+@functools.lru_cache(maxsize=65536)  # asked for every group at every pass
 def shard_of(namespace: str, name: str, count: int) -> int:
     """The shard of the group ``namespace/name`` among ``count``."""
     if count < 1:

@@ -17,6 +17,10 @@ from what this process last saw, in either direction. Unpaused with autoscaling 
 resumes from the held count, as KEDA does. A pause change that fails is applied again by the
 periodic pass (``pause.UNAPPLIED``).
 
+Shards: a group whose shard another operator pod leads is left alone here (its pause is only
+noted, so this pod knows it if it comes to lead); one whose shard this pod comes to lead later is
+adopted by the periodic pass (``adopt``), since kopf handed it over while another pod led it.
+
 Does not own the objects' shape (``builders.py``), when a reconcile runs (the kopf handlers,
 ``handlers.py``), or the periodic pass (``observer.py``).
 """
@@ -25,7 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, NoReturn
+from collections.abc import Mapping
+from typing import Any, NoReturn, cast
 
 import kopf
 import urllib3
@@ -34,23 +39,30 @@ from kubernetes import client as k8s
 from kafleet.errors import ConfigError
 from kafleet_operator.policy import builders, pause
 from kafleet_operator.policy.apply_retry import apply_retry_delay
-from kafleet_operator.policy.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.policy.spec import ParsedSpec, parse_spec
-from kafleet_operator.reconcile import kube, metrics, observer, owned, tuner
+from kafleet_operator.reconcile import kube, leadership, metrics, observer, owned, tuner
 from kafleet_operator.reconcile.kube import api_message, apply
 
 log = logging.getLogger("kafleet.operator")
 
-# The groups this process has reconciled (created, updated or resumed): the periodic pass
-# observes only those. kopf resumes a group only once its indexes are filled, so a pass never
-# reads a half-listed index (and takes a Deployment not yet seen for one deleted).
+# The groups kopf has handed to this process (created, updated or resumed), led or not: the
+# periodic pass observes only those. kopf resumes a group only once its indexes are filled, so
+# a pass never reads a half-listed index (and takes a Deployment not yet seen for one deleted).
+listed: set[str] = set()
+# Of those, the groups this process has reconciled while leading their shard (``adopt`` does it
+# for one whose shard it came to lead after kopf had handed it over).
 reconciled: set[str] = set()
 _pauses: dict[str, pause.Pause] = {}  # each group's pause as this process last saw it
 
 
 def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: int) -> None:
-    """Apply the group's objects as its spec says (unless reconciliation is paused)."""
+    """Apply the group's objects as its spec says (unless reconciliation is paused, or another
+    operator pod leads the group's shard: then nothing, and nothing is written)."""
     namespace, name = body.metadata["namespace"], body.metadata["name"]
+    listed.add(body.metadata["uid"])
+    if not leadership.owns(namespace, name):
+        reconciled.discard(body.metadata["uid"])
+        return
     reconciled.add(body.metadata["uid"])
     parsed = observer.parse(body, status, patch)
     if parsed is None:
@@ -68,6 +80,29 @@ def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: in
         _refused(body, patch, exc, retry)
     _applied(body, patch, deployment)
     metrics.reconciled(namespace, name, "applied")
+
+
+def adopt(raw: Mapping[str, Any]) -> None:
+    """A group whose shard this pod came to lead after kopf had handed the group over (no
+    kopf event will come for it): reconciled as a resume would, unless its status says its
+    generation was applied without a failure; then nothing is written (the pass puts back any
+    drift of its Deployment, as after a restart). A refusal is recorded in the status; a
+    server's or a name's (which kopf would retry) is tried again at the next pass."""
+    body = kopf.Body(cast(kopf.RawBody, raw))
+    meta, status = body.metadata, body.status
+    if status.get("appliedGeneration") == meta.get("generation") and not status.get("applyFailure"):
+        reconciled.add(meta["uid"])
+        return
+    log.info("%s/%s: reconciled on taking its shard", meta["namespace"], meta["name"])
+    patch = kopf.Patch()
+    try:
+        reconcile(body, status, patch, retry=0)
+    except kopf.TemporaryError:
+        reconciled.discard(meta["uid"])
+    except kopf.PermanentError:
+        pass  # recorded; an edit runs the reconcile again
+    if patch.get("status"):
+        kube.patch_status(body, patch["status"])
 
 
 def _owner(body: kopf.Body) -> dict[str, Any]:
@@ -133,11 +168,12 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch) -> None:
     if type == "DELETED":
         _pauses.pop(uid, None)
         reconciled.discard(uid)
+        listed.discard(uid)
         pause.UNAPPLIED.pop(uid, None)
         owned.forget(body.metadata["namespace"], body.metadata["name"])
         return
     held, before = pause.read(body.metadata), _pauses.get(uid)
-    if before is None or before == held:
+    if before is None or before == held or not leadership.owns_body(body):
         _pauses[uid] = held
         return
     log.info("%s: pause %s -> %s", body.metadata["name"], before, held)
@@ -155,7 +191,7 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch) -> None:
     resume = before.replicas if held.replicas is None and not held.reconciliation else None
     try:
         if resume is not None and policy is not None and not policy.external:
-            _scale_to(body, resume)
+            kube.scale(body, resume)
             held = dataclasses.replace(held, replicas=resume)
         deployment = _apply_all(body, parsed, held)
     except (kube.NotOwnedError, k8s.ApiException, urllib3.exceptions.HTTPError) as exc:
@@ -176,11 +212,3 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch) -> None:
 def _apply_pause(body: kopf.Body, patch: kopf.Patch) -> None:
     """A pause change that failed, applied again by the periodic pass."""
     pause_changed("MODIFIED", body, patch)
-
-
-def _scale_to(body: kopf.Body, replicas: int) -> None:
-    """``spec.replicas`` through the scale subresource, as the autoscaler writes it."""
-    meta = body.metadata
-    k8s.CustomObjectsApi(kube.client()).patch_namespaced_custom_object_scale(
-        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"spec": {"replicas": replicas}}
-    )

@@ -34,11 +34,10 @@ from kubernetes import client as k8s
 from kafleet_operator.policy import builders, histories, scaling
 from kafleet_operator.policy.autopilot import Autoscaling
 from kafleet_operator.policy.conditions import Condition, condition
-from kafleet_operator.policy.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.policy.spec import ParsedSpec
 from kafleet_operator.reading import credentials, lag_reader, sidecars
-from kafleet_operator.reconcile import lag_source, metrics
-from kafleet_operator.reconcile.kube import NotOwnedError, apply, client, post_event
+from kafleet_operator.reconcile import kube, lag_source, metrics
+from kafleet_operator.reconcile.kube import NotOwnedError, apply, post_event
 
 log = logging.getLogger("kafleet.operator")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -252,14 +251,7 @@ def _apply(
         memo["steps"].append((now, decision.current))
     memo["last_scale"] = now
     message = f"replicas {decision.current} -> {decision.replicas}: {why}"
-    k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_scale(
-        GROUP,
-        VERSION,
-        body.metadata["namespace"],
-        PLURAL,
-        body.metadata["name"],
-        {"spec": {"replicas": decision.replicas}},
-    )
+    kube.scale(body, decision.replicas)
     _deployment_to(body, parsed, decision.replicas)
     if measured := metrics.of(memo):
         measured.scaled(decision.current, decision.replicas)

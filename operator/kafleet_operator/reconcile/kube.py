@@ -30,6 +30,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from kafleet_operator.policy.crd import GROUP, PLURAL, VERSION
+from kafleet_operator.reconcile import leadership
 
 log = logging.getLogger("kafleet.operator")
 FIELD_MANAGER = "kafleet-operator"
@@ -140,9 +141,16 @@ def apply(obj: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply; a refusal raises ``ApiException`` (``api_message`` reads it), an
     existing object of the name that the built one's controller does not control raises
     ``NotOwned`` (and is not touched)."""
-    resource = api().resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
     meta = obj["metadata"]
     owner = controller(meta.get("ownerReferences"))
+    group = owner["name"] if owner is not None else meta["name"]
+    with leadership.writing(meta["namespace"], group):
+        return _apply(obj, owner)
+
+
+def _apply(obj: dict[str, Any], owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    resource = api().resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    meta = obj["metadata"]
     if owner is not None:
         try:
             live = resource.get(name=meta["name"], namespace=meta["namespace"]).to_dict()
@@ -181,18 +189,34 @@ def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str
     """A JSON merge patch of the ConsumerGroup's status (``None`` values remove fields); the
     group as the API server holds it after."""
     meta = body["metadata"]
-    written = k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
-        meta["namespace"],
-        PLURAL,
-        meta["name"],
-        # The uid: a pass holding a group deleted and made again under its name writes
-        # nothing on the new one (the API server refuses a uid that is not the object's).
-        {"metadata": {"uid": meta.get("uid")}, "status": dict(status)},
-        _content_type="application/merge-patch+json",
-    )
+    with leadership.writing(meta["namespace"], meta["name"]):
+        written = k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            meta["namespace"],
+            PLURAL,
+            meta["name"],
+            # The uid: a pass holding a group deleted and made again under its name writes
+            # nothing on the new one (the API server refuses a uid that is not the object's).
+            {"metadata": {"uid": meta.get("uid")}, "status": dict(status)},
+            _content_type="application/merge-patch+json",
+        )
     return dict(written) if isinstance(written, Mapping) else {}
+
+
+def scale(body: Mapping[str, Any], replicas: int) -> None:
+    """``spec.replicas`` of the ConsumerGroup through its scale subresource (as ``kubectl
+    scale`` and an HPA write it)."""
+    meta = body["metadata"]
+    with leadership.writing(meta["namespace"], meta["name"]):
+        k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_scale(
+            GROUP,
+            VERSION,
+            meta["namespace"],
+            PLURAL,
+            meta["name"],
+            {"spec": {"replicas": replicas}},
+        )
 
 
 def post_event(body: Mapping[str, Any], reason: str, message: str) -> None:

@@ -126,6 +126,13 @@ KAFKA_READ_SECONDS = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     registry=REGISTRY,
 )
+SHARDS_LED = Gauge(
+    "kafleet_operator_shards_led",
+    "shards of ConsumerGroups this operator pod leads (kafleet operator --shards; with no "
+    "shards, 1: it is the only operator)",
+    registry=REGISTRY,
+)
+SHARDS_LED.set(1)
 STATUS_WRITES = Counter(
     "kafleet_operator_status_writes",
     "status patches of ConsumerGroups by the periodic pass (a group at rest gets none)",

@@ -31,7 +31,7 @@ from kafleet.errors import ConfigError
 from kafleet_operator.policy import builders, pause
 from kafleet_operator.policy.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.policy.spec import parse_spec
-from kafleet_operator.reconcile import kube, tuner
+from kafleet_operator.reconcile import kube, leadership, tuner
 from kafleet_operator.reconcile.kube import NotOwnedError, api_message, apply, client, post_event
 
 log = logging.getLogger("kafleet.operator")
@@ -124,6 +124,8 @@ def on_event(type: str | None, body: Mapping[str, Any], groups: Mapping[Any, Any
     ref = kube.controller(meta.get("ownerReferences"))
     if ref is None or ref.get("kind") != "ConsumerGroup":
         return
+    if not leadership.owns(meta["namespace"], ref["name"]):
+        return  # another operator pod leads the group's shard
     for group in groups.get((meta["namespace"], ref["name"]), []):
         if group["metadata"]["uid"] == ref["uid"]:
             deleted = type == "DELETED"

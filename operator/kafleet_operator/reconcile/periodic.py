@@ -14,7 +14,8 @@ and as soon as a cluster's snapshot is in, each of its groups is observed in a w
 (``observe``, which finds the snapshot in the group's memo under ``kafka``). Never two passes
 of one group at once, nor two reads of one cluster: a cluster whose read outlives the
 interval is left out of the next one. Each group has its own memory (its lag history),
-forgotten when the group is gone; a cluster no group reads any more is let go after a while.
+forgotten when the group is gone or another operator pod leads it; a cluster no group reads
+any more is let go after a while.
 
 Does not own what a pass does (``observer.py``) or reading Kafka (``clusters.py``,
 ``readers.py``).
@@ -125,11 +126,11 @@ async def run(
     interval_s: float,
     workers: int = 2,
     reader_threads: int = 16,
-    observed: Callable[[str], bool] = lambda uid: True,
+    observed: Callable[[Body], bool] = lambda body: True,
 ) -> None:
     """Observe every group of the ``groups`` index every ``interval_s`` until cancelled: those
-    ``observed`` says yes to (by uid). ``reader_threads``: clusters read at once (a thread waits
-    on each; made as needed)."""
+    ``observed`` says yes to (the memory of the others is forgotten). ``reader_threads``:
+    clusters read at once (a thread waits on each; made as needed)."""
     loop = asyncio.get_running_loop()
     state = Pass(observe, workers, reader_threads)
     try:
@@ -140,8 +141,10 @@ async def run(
             for store in list(groups.values()):
                 for body in list(store):
                     uid = str(body["metadata"]["uid"])
+                    if not observed(body):
+                        continue
                     seen.add(uid)
-                    if observed(uid) and not state.busy(uid):
+                    if not state.busy(uid):
                         due.append((uid, body, state.memos.setdefault(uid, {})))
             state.forget(seen)
             targets = await loop.run_in_executor(state.pool, _planned, plan, due)

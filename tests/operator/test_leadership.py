@@ -1,0 +1,120 @@
+"""What leading a shard means inside one operator process, with a stand-in for the Lease edge
+(the edge itself: ``test_elector.py``; whole processes: ``test_high_availability.py``): with no
+shards every group is owned; a group of a shard not led is never written (the fence); a leaving
+pod gives its Leases back only once its writes under way have ended, and writes nothing after;
+kopf's last-handled configuration is stored only by the group's leader; the periodic pass
+forgets the groups of shards it does not lead."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import kopf
+import pytest
+
+from kafleet_operator import handlers
+from kafleet_operator.reconcile import applying, leadership
+
+
+class Edge:
+    """Leads the groups named in ``led``; records when it released."""
+
+    def __init__(self, *led: str) -> None:
+        self.led = set(led)
+        self.released_at: float | None = None
+        self.timing = None
+
+    def owns(self, namespace: str, name: str) -> bool:
+        return name in self.led
+
+    def step(self) -> None:
+        pass
+
+    def release(self) -> None:
+        self.released_at = time.monotonic()
+
+
+@pytest.fixture
+def edge() -> Iterator[Edge]:
+    chosen = Edge("mine")
+    leadership.start(chosen, 60)  # type: ignore[arg-type]
+    yield chosen
+    leadership.stop()
+    leadership._elector, leadership._left = None, False
+
+
+def group(name: str, uid: str = "u1", **status: Any) -> dict[str, Any]:
+    meta = {"namespace": "team", "name": name, "uid": uid, "generation": 1}
+    return {"metadata": meta, "spec": {}, "status": status}
+
+
+def test_with_no_shards_this_process_owns_every_group() -> None:
+    assert leadership.owns("team", "anything")
+
+
+def test_a_group_of_a_shard_not_led_is_never_written(edge: Edge) -> None:
+    with leadership.writing("team", "mine"):
+        pass
+    with (
+        pytest.raises(leadership.NotLeaderError, match="team/theirs"),
+        leadership.writing("team", "theirs"),
+    ):
+        pytest.fail("a write for a group of a shard not led")
+
+
+def test_a_leaving_pod_releases_its_leases_after_its_writes_under_way_and_writes_no_more(
+    edge: Edge,
+) -> None:
+    entered, ended = threading.Event(), []
+
+    def slow_write() -> None:
+        with leadership.writing("team", "mine"):
+            entered.set()
+            time.sleep(0.5)
+            ended.append(time.monotonic())
+
+    writer = threading.Thread(target=slow_write)
+    writer.start()
+    entered.wait(5)
+    leadership.stop()
+    writer.join()
+    assert edge.released_at is not None
+    assert edge.released_at >= ended[0]
+    assert not leadership.owns("team", "mine")
+    with pytest.raises(leadership.NotLeaderError):
+        leadership.writing("team", "mine").__enter__()
+
+
+def test_only_the_leader_stores_kopfs_last_handled_configuration(edge: Edge) -> None:
+    storage = handlers.LedDiffBase(prefix="kafleet.io", key="last-handled-configuration")
+    for name, stored in (("mine", True), ("theirs", False)):
+        patch = kopf.Patch()
+        storage.store(body=kopf.Body(group(name)), patch=patch, essence={"spec": {"a": 1}})  # type: ignore[arg-type]
+        assert bool(patch) is stored, name
+
+
+def test_the_pass_observes_only_the_groups_of_shards_led_and_handed_over_by_kopf(
+    edge: Edge,
+) -> None:
+    applying.listed.update({"u-mine", "u-theirs"})
+    applying.reconciled.update({"u-mine", "u-theirs"})
+    try:
+        assert handlers.observed(group("mine", "u-mine"))
+        assert not handlers.observed(group("theirs", "u-theirs"))
+        assert "u-theirs" not in applying.reconciled  # adopted again if this pod comes to lead
+        assert not handlers.observed(group("mine", "u-unlisted"))  # kopf has not resumed it
+    finally:
+        applying.listed.clear()
+        applying.reconciled.clear()
+
+
+def test_a_group_whose_generation_was_applied_is_adopted_without_a_write(edge: Edge) -> None:
+    body = group("mine", "u-adopted", appliedGeneration=1)
+    applying.adopt(body)  # no API server here: a write would fail
+    try:
+        assert "u-adopted" in applying.reconciled
+    finally:
+        applying.reconciled.clear()
