@@ -240,6 +240,14 @@ def build() -> Dashboard:
             "short",
             Query("count by (version) (kafleet_operator_build_info)", "{{version}}"),
         ),
+        series(
+            "Shards led",
+            "The shards the groups are split into, and how many the operator pods lead: below "
+            "the line, a shard has no leader and its groups are left as they are.",
+            "short",
+            Query("max(kafleet_operator_shards)", "shards"),
+            Query("sum(kafleet_operator_shards_led)", "led"),
+        ),
     ):
         board = board.with_panel(panel)
     return board.build()

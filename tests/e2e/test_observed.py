@@ -110,7 +110,7 @@ def test_prometheus_finds_the_pods_through_the_apiserver_and_reads_the_lag_the_s
     selectors = [
         f'{{__name__=~"kafleet_.+",group="{name}"}}',
         f'{{__name__=~"kafleet_operator_.+",namespace="{ns}",consumergroup="{name}"}}',
-        '{__name__=~"kafleet_operator_(build_info|kafka_.+|status_writes_total)"}',
+        '{__name__=~"kafleet_operator_(build_info|kafka_.+|status_writes_total|shards.*)"}',
     ]
     exported = {
         str(s["metric"]["__name__"])  # type: ignore[index]

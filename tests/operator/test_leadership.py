@@ -26,6 +26,7 @@ class Edge:
         self.led = set(led)
         self.released_at: float | None = None
         self.timing = None
+        self.count = 2
 
     def owns(self, namespace: str, name: str) -> bool:
         return name in self.led

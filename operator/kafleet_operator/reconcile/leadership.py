@@ -92,6 +92,7 @@ def start(elector: Elector, retry_s: float) -> None:
     global _elector, _thread, _left
     _elector, _left = elector, False
     _stopping.clear()
+    metrics.SHARDS.set(elector.count)
     _step(elector)
     _thread = threading.Thread(
         target=_keep, args=(elector, retry_s), name="kafleet-leases", daemon=True

@@ -126,12 +126,19 @@ KAFKA_READ_SECONDS = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     registry=REGISTRY,
 )
-SHARDS_LED = Gauge(
-    "kafleet_operator_shards_led",
-    "shards of ConsumerGroups this operator pod leads (kafleet operator --shards; with no "
-    "shards, 1: it is the only operator)",
+# Summed over the operator's pods, SHARDS_LED falls short of SHARDS while a shard has no leader.
+SHARDS = Gauge(
+    "kafleet_operator_shards",
+    "shards the groups are split into (kafleet operator --shards; 1 with no shards: this pod "
+    "is the only operator)",
     registry=REGISTRY,
 )
+SHARDS_LED = Gauge(
+    "kafleet_operator_shards_led",
+    "shards of ConsumerGroups this operator pod leads now",
+    registry=REGISTRY,
+)
+SHARDS.set(1)
 SHARDS_LED.set(1)
 STATUS_WRITES = Counter(
     "kafleet_operator_status_writes",
@@ -143,7 +150,16 @@ FAMILIES = (
     MAX_POLL_RECORDS, TUNINGS,
 )  # fmt: skip
 # Every family a dashboard or an alert may read.
-EXPORTED = (BUILD_INFO, RECONCILES, KAFKA_CLUSTERS, KAFKA_READ_SECONDS, STATUS_WRITES, *FAMILIES)
+EXPORTED = (
+    BUILD_INFO,
+    RECONCILES,
+    KAFKA_CLUSTERS,
+    KAFKA_READ_SECONDS,
+    STATUS_WRITES,
+    SHARDS,
+    SHARDS_LED,
+    *FAMILIES,
+)
 # Counted from a group's first pass, so "none yet" reads 0 rather than "No data". The gauges
 # have a series only once their value is known: a lag never read is absent, not 0, so an alert
 # on absent lag fires and one on high lag is not silenced by a made-up 0.
