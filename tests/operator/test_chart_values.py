@@ -125,8 +125,9 @@ def test_the_operator_pod_carries_scrape_annotations_only_without_the_service_mo
 def test_the_defaults_install_the_operator_its_rbac_its_metrics_service_and_the_crd() -> None:
     objects = render()
     assert kinds(objects) == sorted(
-        ["ClusterRole"] * 3 + ["ClusterRoleBinding"] * 3
-        + ["CustomResourceDefinition", "Deployment", "Service", "ServiceAccount"]
+        ["ClusterRole"] * 3 + ["ClusterRoleBinding"] * 3 + ["Role", "RoleBinding"]
+        + ["CustomResourceDefinition", "Deployment", "PodDisruptionBudget", "Service"]
+        + ["ServiceAccount"]
     )  # fmt: skip
     (crd,) = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     committed = yaml.safe_load((REPO / "crds" / "consumergroups.kafleet.io.yaml").read_text())
@@ -139,9 +140,61 @@ def test_switches_off_leave_out_the_crd_the_service_account_and_the_rbac() -> No
         "--set", "crds.install=false", "--set", "serviceAccount.create=false",
         "--set", "serviceAccount.name=platform-operators", "--set", "rbac.create=false",
     )  # fmt: skip
-    assert kinds(objects) == ["Deployment", "Service"]
+    assert kinds(objects) == ["Deployment", "PodDisruptionBudget", "Service"]
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "platform-operators"
+
+
+def deployment_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    return deployment
+
+
+def test_the_defaults_run_two_operator_pods_sharing_one_shard_through_a_lease() -> None:
+    objects = render()
+    deployment = deployment_of(objects)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    args = container["args"]
+    assert args[args.index("--shards") + 1] == "1"
+    fields = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    (budget,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    (role,) = [o for o in objects if o["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "ops"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "create", "update", "delete"],
+        }
+    ]
+
+
+def test_a_users_affinity_replaces_the_default_anti_affinity() -> None:
+    objects = render("--set", "affinity.nodeAffinity.x=1")
+    assert deployment_of(objects)["spec"]["template"]["spec"]["affinity"] == {
+        "nodeAffinity": {"x": 1}
+    }
+
+
+def test_one_operator_without_leases_is_recreated_and_has_no_budget_nor_lease_role() -> None:
+    objects = render("--set", "replicas=1", "--set", "shards=0")
+    assert deployment_of(objects)["spec"]["strategy"] == {"type": "Recreate"}
+    assert "affinity" not in deployment_of(objects)["spec"]["template"]["spec"]
+    assert not {"PodDisruptionBudget", "Role", "RoleBinding"} & set(kinds(objects))
+
+
+def test_two_operators_without_leases_are_refused_naming_why() -> None:
+    done = _helm("template", "kafleet", str(CHART), "--set", "replicas=2", "--set", "shards=0")
+    assert done.returncode != 0
+    assert "replicas > 1 needs shards >= 1" in done.stderr
 
 
 def test_a_named_service_account_is_the_one_the_rbac_binds() -> None:

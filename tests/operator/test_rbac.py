@@ -2,7 +2,8 @@
 account, with a token and nothing else, reconciles a ConsumerGroup to Ready and reads its lag
 with the password from the Secret its spec names; the same account may only get Secrets (not
 list them) and only in its watched namespace, nor touch Deployments outside it; it watches
-what it owns (a deleted Deployment is put back) and no request of it is forbidden; with
+what it owns (a deleted Deployment is put back), keeps its shard's Lease in its own namespace
+and no request of it is forbidden; with
 ``watchNamespaces`` set it may not touch ConsumerGroups (nor their status and scale) anywhere
 else either."""
 
@@ -78,7 +79,11 @@ def test_the_operator_runs_on_the_charts_rbac_alone(
 
     topic = topic_factory(partitions=2)
     put_secret(k8s, namespace, kafka_sasl.password)
-    op = Operator(k8s, namespace, tmp_path / "operator.log", "http://{pod_ip}:8080")
+    assert may("update", "leases.coordination.k8s.io", "-n", release)  # the shards', as the chart
+    assert not may("update", "leases.coordination.k8s.io", "-n", namespace)
+    # As the chart runs it: a shard's Lease in its own namespace.
+    sharded = ["--shards", "1", "--lease-namespace", release, "--identity", "op-0"]
+    op = Operator(k8s, namespace, tmp_path / "operator.log", "http://{pod_ip}:8080", sharded)
     op.k8s = K8s(kubeconfig, k8s.api, k8s.plane)
     op.start()
     try:
