@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
+import secrets
 import socket
 import sys
 from typing import TYPE_CHECKING
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from kafleet_operator.reconcile.elector import Elector
 
 MAX_SHARDS = 256
+IDENTITY = re.compile(r"[a-z0-9]([a-z0-9.-]{0,200}[a-z0-9])?")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,8 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--identity",
-        default=os.environ.get("POD_NAME") or socket.gethostname(),
-        help="this pod's name in the Leases; default: $POD_NAME, else the host name",
+        default=None,
+        help="this process's name in the Leases; default: $POD_NAME (else the host name) and "
+        "a random suffix, new at every start, so a restarted container never takes a Lease of "
+        "its previous life for its own (as controller-runtime names its candidates)",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
 
@@ -106,6 +111,13 @@ def run(args: argparse.Namespace) -> int:
             metrics.serve(address)
     except (ValueError, OSError) as exc:
         print(f"error: --metrics-address {args.metrics_address}: {exc}", file=sys.stderr)
+        return 2
+    if args.identity is not None and not IDENTITY.fullmatch(args.identity):
+        print(
+            f"error: --identity {args.identity!r}: lowercase letters, digits, '-' and '.' "
+            "(it names a Lease)",
+            file=sys.stderr,
+        )
         return 2
     if args.shards and not args.lease_namespace:
         print(
@@ -151,6 +163,10 @@ def _elector(args: argparse.Namespace) -> Elector:
     from kafleet_operator.reconcile import elector, kube
 
     api = k8s.CoordinationV1Api(kube.client())
+    if args.identity is None:
+        args.identity = (
+            f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(4)}"
+        )
     logging.getLogger("kafleet.operator").info(
         "%s: %d shards, Leases in %s", args.identity, args.shards, args.lease_namespace
     )
