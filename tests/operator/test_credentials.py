@@ -11,7 +11,12 @@ from collections.abc import Mapping
 import pytest
 
 from kafleet_operator.policy.spec import KafkaSecurity, SecretKeyRef
-from kafleet_operator.reading.credentials import Credentials, CredentialsError, resolve
+from kafleet_operator.reading.credentials import (
+    Credentials,
+    CredentialsError,
+    SharedSecrets,
+    resolve,
+)
 
 NAMESPACE = "orders"
 
@@ -159,3 +164,24 @@ def test_a_missing_secret_is_not_remembered() -> None:
     secrets.secrets["kafka-user"] = {"password": "late"}
 
     assert credentials.get(SCRAM, NAMESPACE).properties()["sasl.password"] == "late"
+
+
+def test_a_secret_named_by_many_groups_is_read_once_per_ttl_and_again_after_a_refusal() -> None:
+    clock = Clock()
+    secrets = Secrets({"kafka-user": {"password": "one"}})
+    shared = SharedSecrets(secrets, ttl_s=60, clock=clock)
+    groups = [Credentials(shared, ttl_s=60, clock=clock, shared=shared) for _ in range(100)]
+    for group in groups:
+        password = group.get(SCRAM, NAMESPACE).sasl_password
+        assert password is not None
+        assert password.get_secret_value() == "one"
+    assert secrets.reads == 1
+    groups[0].forget()  # Kafka refused it: every group reads it afresh, once
+    groups[0].get(SCRAM, NAMESPACE)
+    groups[1].forget()
+    groups[1].get(SCRAM, NAMESPACE)
+    assert secrets.reads == 3
+    clock.now += 61
+    for group in groups[2:]:
+        group.get(SCRAM, NAMESPACE)
+    assert secrets.reads == 4

@@ -11,8 +11,9 @@ KEDA resolves a TriggerAuthentication's Secrets once, when it builds a scaler, a
 rotated password until the scaler was rebuilt (kedacore/keda#563, #7906). Here a Secret is read
 again after ``SECRET_TTL_S`` and at once after Kafka refused the credentials (``forget``), so
 a rotation is picked up within a minute, or on the next pass when the old password stops
-working. The operator may ``get`` Secrets in the namespaces it watches, nothing more: no list,
-no watch, so it reads only the Secrets a ConsumerGroup names.
+working. A Secret is read once per ``SECRET_TTL_S`` by the whole process, however many groups
+name it (``SharedSecrets``). The operator may ``get`` Secrets in the namespaces it watches,
+nothing more: no list, no watch, so it reads only the Secrets a ConsumerGroup names.
 
 Secret values are never logged and never put in an error, a status or an Event: errors name
 the namespace, the Secret, the key and the spec field, not what the key holds.
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from kubernetes import client as k8s
 
@@ -100,9 +102,11 @@ def secret_reader(api: k8s.ApiClient) -> SecretReader:
     return read
 
 
-class Credentials:
-    """One ConsumerGroup's resolved credentials, read again after ``ttl_s``, when the spec's
-    references change, or after ``forget``. Errors are not kept: the next call reads again."""
+class SharedSecrets:
+    """The Secrets every group of this process reads, each read once per ``ttl_s`` however many
+    groups name it (a team's one Kafka Secret named by its hundred groups is one read a minute,
+    not a hundred), and again at once after ``drop``. An absent Secret and errors are not
+    kept."""
 
     def __init__(
         self,
@@ -111,6 +115,46 @@ class Credentials:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._read, self._ttl_s, self._clock = read, ttl_s, clock
+        self._kept: dict[tuple[str, str], tuple[float, Mapping[str, str] | None]] = {}
+        self._lock = threading.Lock()
+        self.reads = 0  # Secrets read through the API, for the figures
+
+    def __call__(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        now = self._clock()
+        with self._lock:
+            kept = self._kept.get((namespace, name))
+        if kept is not None and now - kept[0] < self._ttl_s:
+            return kept[1]
+        data = self._read(namespace, name)
+        with self._lock:
+            self.reads += 1
+            if data is not None:  # an absent Secret is read again at once: it may be made
+                self._kept[(namespace, name)] = (now, data)
+            for key in [k for k, (at, _) in self._kept.items() if now - at >= self._ttl_s]:
+                del self._kept[key]
+        return data
+
+    def drop(self, namespace: str, names: Iterable[str]) -> None:
+        with self._lock:
+            for name in names:
+                self._kept.pop((namespace, name), None)
+
+
+class Credentials:
+    """One ConsumerGroup's resolved credentials, read again after ``ttl_s``, when the spec's
+    references change, or after ``forget`` (which also drops its Secrets from ``shared``, so
+    every group naming them reads them afresh). Errors are not kept: the next call reads
+    again."""
+
+    def __init__(
+        self,
+        read: SecretReader,
+        ttl_s: float = SECRET_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        shared: SharedSecrets | None = None,
+    ) -> None:
+        self._read, self._ttl_s, self._clock = read, ttl_s, clock
+        self._shared = shared
         self._of: tuple[str, KafkaSecurity] | None = None
         self._security: Security | None = None
         self._read_at = 0.0
@@ -120,11 +164,15 @@ class Credentials:
         fresh = now - self._read_at < self._ttl_s
         if self._security is not None and self._of == (namespace, security) and fresh:
             return self._security
-        self.forget()
+        self._of, self._security = None, None  # an error below keeps nothing
         resolved = resolve(security, namespace, self._read)
         self._of, self._security, self._read_at = (namespace, security), resolved, now
         return resolved
 
     def forget(self) -> None:
         """Read the Secrets again next time (Kafka refused what they said)."""
+        if self._shared is not None and self._of is not None:
+            namespace, security = self._of
+            refs = (getattr(security, source) for source in PASSWORDS.values())
+            self._shared.drop(namespace, {ref.name for ref in refs if ref is not None})
         self._of, self._security = None, None

@@ -24,6 +24,16 @@ from kafleet_operator.reading import credentials, lag_reader, snapshots, watched
 from kafleet_operator.reconcile import periodic
 from kafleet_operator.reconcile.kube import client
 
+_shared: credentials.SharedSecrets | None = None
+
+
+def _secrets() -> credentials.SharedSecrets:
+    """The process's one cache of Secrets, shared by every group's credentials."""
+    global _shared
+    if _shared is None:
+        _shared = credentials.SharedSecrets(credentials.secret_reader(client()))
+    return _shared
+
 
 def target(body: Mapping[str, Any], memo: Any) -> snapshots.Target | None:
     """Where the group reads its offsets this pass (``periodic.py`` reads each cluster once
@@ -41,7 +51,7 @@ def target(body: Mapping[str, Any], memo: Any) -> snapshots.Target | None:
             return None
     parsed: ParsedSpec = cached[1]
     if "secrets" not in memo:
-        memo["secrets"] = credentials.Credentials(credentials.secret_reader(client()))
+        memo["secrets"] = credentials.Credentials(_secrets(), shared=_secrets())
     try:
         security = memo["secrets"].get(parsed.fleet.security, meta["namespace"])
     except credentials.CredentialsError as exc:
