@@ -49,18 +49,23 @@ def _group(cluster: Cluster, name: str, image: str, pod_kafka: str, topic: str, 
     return consumer_group(name, image, pod_kafka, topic, pod_template=cluster.placement, **spec)
 
 
-def test_the_chart_runs_the_operator_as_a_ready_pod_with_its_in_cluster_identity(
+def test_the_chart_runs_two_ready_operator_pods_with_their_in_cluster_identity_one_leading(
     fleet_cluster: Cluster, operator: Release
 ) -> None:
-    (pod,) = fleet_cluster.json(
+    pods = fleet_cluster.json(
         "get", "pods", "-n", operator.namespace, "-l", "app.kubernetes.io/name=kafleet-operator"
     )["items"]
-    (status,) = pod["status"]["containerStatuses"]
-    assert (status["ready"], status["restartCount"]) == (True, 0), status
-    assert "running" in status["state"]
-    assert pod["spec"]["serviceAccountName"] == "kafleet-operator"
-    log = fleet_cluster.kubectl("logs", "-n", operator.namespace, pod["metadata"]["name"])
-    assert f"watching ['{operator.watched}']" in log, log[-2000:]
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+    leading = []
+    for pod in pods:
+        (status,) = pod["status"]["containerStatuses"]
+        assert (status["ready"], status["restartCount"]) == (True, 0), status
+        assert "running" in status["state"]
+        assert pod["spec"]["serviceAccountName"] == "kafleet-operator"
+        log = fleet_cluster.kubectl("logs", "-n", operator.namespace, pod["metadata"]["name"])
+        assert f"watching ['{operator.watched}']" in log, log[-2000:]
+        leading += [pod["metadata"]["name"]] if "leads shards [0] of 1" in log else []
+    assert len(leading) >= 1, "no operator pod says it leads the shard"
 
 
 def test_a_consumer_group_bills_every_order_on_real_pods_and_its_lag_reaches_zero(

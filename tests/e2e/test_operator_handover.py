@@ -149,3 +149,8 @@ def test_the_leader_killed_mid_lag_step_is_replaced_and_the_group_still_reaches_
     )
     print(f"SIGTERM of the leader {second}: {third} leads {time.monotonic() - deleted:.1f} s after")
     assert replicas.wished == sorted(replicas.wished), replicas.wished
+    # The tests after this one find two ready operator pods again.
+    fleet_cluster.kubectl(
+        "rollout", "status", "-n", operator.namespace, "deployment/kafleet-operator",
+        "--timeout=120s",
+    )  # fmt: skip
