@@ -42,6 +42,10 @@ KEDA_TESTS := tests/keda
 # How many set-up steps `make test` and `make bench` run side by side (the Go builds use the
 # cores while the downloads and the image builds wait on the network and the disk).
 SETUP_JOBS ?= 4
+# `make k8s-nodes`: extra kwok nodes on the development control plane, and pods per node
+# (8 x 1,250 hold 10,000 pods; the plane's own two hold 110 each). KWOK_NODES=0 removes them.
+KWOK_NODES ?= 8
+KWOK_NODE_PODS ?= 1250
 # kafleet's version, from consumer/kafleet/__init__.py: the images' tag and version label.
 VERSION ?= $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' consumer/kafleet/__init__.py)
 # The images that `make image` builds: the default target, and `--target spark`.
@@ -228,6 +232,10 @@ k8s-up: k8s-tools ## Start a development control plane (reused if running); prin
 .PHONY: k8s-down
 k8s-down: venv ## Stop the development control plane.
 	$(K8S) down
+
+.PHONY: k8s-nodes
+k8s-nodes: venv ## Keep KWOK_NODES more fake nodes (KWOK_NODE_PODS pods each) that kwok runs, on the development control plane.
+	$(K8S) nodes $(KWOK_NODES) --pods $(KWOK_NODE_PODS)
 
 .PHONY: node-packages
 node-packages: venv ## Install containerd, runc, CNI plugins, buildah, mmdebstrap, iptables from Debian's packages if missing (root).

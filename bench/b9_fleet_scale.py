@@ -48,7 +48,7 @@ from bench import fleet_scale_probe as probe
 from bench.fleet_scale_figures import Measured
 from bench.fleet_scale_kafka import PARTITIONS, Topics
 from bench.harness import RESULTS, Context, Table
-from tests.infra import k8s, processes, waiting
+from tests.infra import k8s, kwok_nodes, processes, waiting
 from tests.infra import kafka as kafka_infra
 from tests.infra import keda as keda_infra
 
@@ -144,20 +144,8 @@ def _profile(pids: dict[str, int], n: int, seconds: float) -> subprocess.Popen[b
 
 
 def _nodes(plane: k8s.ControlPlane, pods: int) -> None:
-    """kwok nodes enough for ``pods`` (kwok manages every node with its annotation)."""
-    names = [f"b9-kwok-{i}" for i in range(pods // NODE_PODS + 1)]
-    capacity = {"cpu": "1000", "memory": "4Ti", "pods": str(NODE_PODS)}
-    nodes = [
-        {"apiVersion": "v1", "kind": "Node",
-         "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                      "labels": {"kubernetes.io/hostname": name, "type": "kwok"}},
-         "status": {"allocatable": capacity, "capacity": capacity}}
-        for name in names
-    ]  # fmt: skip
-    plane.kubectl(
-        "apply", "-f", "-", input=json.dumps({"kind": "List", "apiVersion": "v1", "items": nodes})
-    )
-    plane.kubectl("wait", "--for=condition=Ready", "--timeout=120s", *(f"node/{n}" for n in names))
+    """kwok nodes enough for ``pods``, made as ``make k8s-nodes`` makes them (``kwok_nodes``)."""
+    kwok_nodes.keep(plane.kubectl, pods // NODE_PODS + 1, "b9-kwok", NODE_PODS)
 
 
 def _established(plane: k8s.ControlPlane) -> bool:

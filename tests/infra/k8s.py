@@ -24,10 +24,12 @@ and pods come alive).
     python -m tests.infra.k8s up      # start (or reuse) the development control plane
     python -m tests.infra.k8s down    # stop it
     python -m tests.infra.k8s status  # print its kubeconfig path, exit 1 if it is not running
+    python -m tests.infra.k8s nodes 8 # 8 more fake nodes of 1,250 pods each (kwok_nodes.py)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import secrets
 import shutil
@@ -40,13 +42,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.infra import k8s_build, pki, processes
+from tests.infra import k8s_build, kwok_nodes, pki, processes
 from tests.infra.kafka import LOOPBACK, POD_GATEWAY, TestbedError, free_port
 
 RUNS = k8s_build.CACHE / "runs"
 DEV_WORKDIR = k8s_build.CACHE / "dev"
 FAKE_NODES = ("kwok-node-0", "kwok-node-1")
 FAKE_NODE_IP = "10.249.0.2"  # their InternalIP (kwok's --node-ip)
+FAKE_NODE_PODS = 110  # each of the two, a kubelet's default; more nodes: ``nodes`` below
 # The node controller marks a node NotReady when neither its status nor its Lease was renewed
 # for this long (kube-controller-manager's --node-monitor-grace-period, 50 s by default):
 # shorter here, so that a test bed losing its heartbeats shows it within a test.
@@ -263,27 +266,7 @@ class ControlPlane:
 
     def _create_fake_nodes(self) -> None:
         nodes = [
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "annotations": {
-                        "kwok.x-k8s.io/node": "fake",
-                        "node.alpha.kubernetes.io/ttl": "0",
-                    },
-                    "labels": {
-                        "kubernetes.io/hostname": name,
-                        "kubernetes.io/os": "linux",
-                        "kubernetes.io/arch": "amd64",
-                        "type": "kwok",
-                    },
-                },
-                "status": {
-                    "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-                    "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-                },
-            }
+            kwok_nodes.node(name, pods=FAKE_NODE_PODS, cpu="32", memory="256Gi")
             for name in FAKE_NODES
         ]
         self.kubectl(
@@ -381,15 +364,22 @@ def start_control_plane(workdir: Path) -> ControlPlane:
 
 
 def main(argv: list[str] | None = None) -> int:
-    command = (argv or sys.argv[1:] or ["status"])[0]
-    if command not in ("up", "down", "status"):
-        print(f"usage: python -m tests.infra.k8s up|down|status (not {command!r})", file=sys.stderr)
+    args = argv if argv is not None else sys.argv[1:]
+    command = (args or ["status"])[0]
+    if command not in ("up", "down", "status", "nodes"):
+        print(
+            f"usage: python -m tests.infra.k8s up|down|status|nodes (not {command!r})",
+            file=sys.stderr,
+        )
         return 2
     try:
+        if command == "nodes":
+            return _nodes(args[1:])
         plane = ControlPlane.load(DEV_WORKDIR)
         running = plane is not None and plane.running()
         if command == "status" or (command == "up" and running):
             if running and plane is not None:
+                _warn_unmanaged(plane.kubeconfig)
                 print(plane.kubeconfig)
                 return 0
             print("the development control plane is not running (make k8s-up)", file=sys.stderr)
@@ -413,6 +403,58 @@ def main(argv: list[str] | None = None) -> int:
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _nodes(argv: list[str]) -> int:
+    """``nodes N [--pods P] [--set NAME] [--kubeconfig PATH]``: keep N extra fake nodes that
+    kwok runs (``kwok_nodes.keep``), on the development control plane unless a kubeconfig is
+    given; print their names, and warn of nodes nothing runs."""
+    parser = argparse.ArgumentParser(prog="python -m tests.infra.k8s nodes")
+    parser.add_argument("count", type=int, help="extra fake nodes wanted (0 removes them)")
+    parser.add_argument("--pods", type=int, default=kwok_nodes.DEFAULT_PODS, help="per node")
+    parser.add_argument("--set", default=kwok_nodes.DEFAULT_SET, help="the nodes' name prefix")
+    parser.add_argument("--kubeconfig", type=Path, help="default: the development plane's")
+    options = parser.parse_args(argv)
+    kubeconfig = options.kubeconfig
+    if kubeconfig is None:
+        plane = ControlPlane.load(DEV_WORKDIR)
+        if plane is None or not plane.running():
+            print("the development control plane is not running (make k8s-up)", file=sys.stderr)
+            return 1
+        kubeconfig = plane.kubeconfig
+    started = time.monotonic()
+    names = kwok_nodes.keep(_kubectl_for(kubeconfig), options.count, options.set, options.pods)
+    print(
+        f"{len(names)} fake nodes of {options.pods} pods Ready ({options.count * options.pods} "
+        f"pods; {time.monotonic() - started:.1f} s), label type=kwok",
+        file=sys.stderr,
+    )
+    _warn_unmanaged(kubeconfig)
+    print("\n".join(names))
+    return 0
+
+
+def _kubectl_for(kubeconfig: Path) -> kwok_nodes.Kubectl:
+    def run(*args: str, input: str | None = None, check: bool = True) -> str:
+        return kubectl(kubeconfig, *args, input=input, check=check, timeout=180)
+
+    return run
+
+
+def _warn_unmanaged(kubeconfig: Path) -> None:
+    """Name on stderr each node that nothing runs (``kwok_nodes.unmanaged``); best effort: a
+    plane that does not answer at once is not checked."""
+    try:
+        names = kwok_nodes.find_unmanaged(_kubectl_for(kubeconfig))
+    except (TestbedError, subprocess.TimeoutExpired, ValueError):
+        return
+    for name in names:
+        print(
+            f"warning: node {name} has no annotation {kwok_nodes.ANNOTATION}="
+            f"{kwok_nodes.ANNOTATION_VALUE} and no kubelet: kwok leaves it alone, and pods "
+            "bound to it stay Pending (add fake nodes with `make k8s-nodes`)",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":
