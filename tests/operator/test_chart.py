@@ -84,10 +84,12 @@ def test_a_watch_namespace_that_is_not_a_namespace_name_is_refused_naming_it(
 
 
 def _rules(*sets: str) -> dict[str, set[tuple[str, str, str]]]:
-    """Each ClusterRole's grants as (apiGroup, resource, verb) triples."""
+    """Each ClusterRole's and Role's grants as (apiGroup, resource, verb) triples."""
     done = _render(*sets)
     assert done.returncode == 0, done.stderr
-    roles = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "ClusterRole"]
+    roles = [
+        d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] in ("ClusterRole", "Role")
+    ]
     return {
         role["metadata"]["name"].removeprefix("kafleet-operator-"): {
             (group, resource, verb)
@@ -111,7 +113,10 @@ def _grants(group: str, resources: str, verbs: str) -> set[tuple[str, str, str]]
 # putting a deleted object back (get) and of the Secrets a spec names; the watch of the pods
 # (list, watch: their sidecars' addresses); the deletion of a metrics Service an older operator
 # made with a cluster IP; the status and scale patches; Events (core v1, as kopf posts them);
-# and update on finalizers for blockOwnerDeletion.
+# and update on finalizers for blockOwnerDeletion. In the release's namespace, with shards >= 1
+# (reconcile/elector.py): the shards' and members' Leases listed all at once each step (list),
+# taken and renewed with their resourceVersion (create, update), and deleted as a pod leaves or
+# once a gone pod's member Lease is old (delete); get reads nothing that list does not.
 USED = {
     "discovery": _grants("apiextensions.k8s.io", "customresourcedefinitions", "list watch")
     | _grants("", "namespaces", "list watch"),
@@ -124,9 +129,12 @@ USED = {
     | _grants("", "services", "get list watch create patch delete")
     | _grants("", "pods", "list watch")
     | _grants("", "secrets", "get"),
+    "leases": _grants("coordination.k8s.io", "leases", "get list create update delete"),
 }
 
 
 def test_the_chart_grants_exactly_the_verbs_the_operator_and_kopf_use() -> None:
     assert _rules() == USED
     assert _rules("--set", "watchNamespaces={shop}") == USED
+    unsharded = {role: grants for role, grants in USED.items() if role != "leases"}
+    assert _rules("--set", "replicas=1", "--set", "shards=0") == unsharded

@@ -88,6 +88,9 @@ def test_every_value_is_in_the_schema_with_a_description_and_the_schema_has_no_o
         (["--set", "prometheusRule.disabledAlerts={KafleetRebalanceStrom}"], "disabledAlerts/0"),
         (["--set", "metrics.port=8080"], "/metrics/port"),
         (["--set", "metrics.serviceMonitor.interval=1.5s"], "/metrics/serviceMonitor/interval"),
+        (["--set", "shards=-1"], "at '/shards': minimum"),
+        (["--set-json", "shards=1.5"], "at '/shards': got number, want integer"),
+        (["--set", "replicas=0"], "at '/replicas': minimum"),
         (
             [
                 "--set",
@@ -191,10 +194,26 @@ def test_one_operator_without_leases_is_recreated_and_has_no_budget_nor_lease_ro
     assert not {"PodDisruptionBudget", "Role", "RoleBinding"} & set(kinds(objects))
 
 
+def test_one_operator_pod_with_a_lease_rolls_and_keeps_its_lease_role_without_a_budget() -> None:
+    objects = render("--set", "replicas=1", "--set", "shards=1")
+    assert deployment_of(objects)["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert {"Role", "RoleBinding"} <= set(kinds(objects))
+    assert "PodDisruptionBudget" not in kinds(objects)
+
+
 def test_two_operators_without_leases_are_refused_naming_why() -> None:
     done = _helm("template", "kafleet", str(CHART), "--set", "replicas=2", "--set", "shards=0")
     assert done.returncode != 0
-    assert "replicas > 1 needs shards >= 1" in done.stderr
+    assert "replicas: 2 with shards: 0: without Leases every operator pod would write" in (
+        done.stderr
+    )
+    assert "set shards >= 1" in done.stderr
+
+
+def test_the_budget_can_be_turned_off() -> None:
+    objects = render("--set", "podDisruptionBudget.enabled=false")
+    assert "PodDisruptionBudget" not in kinds(objects)
+    assert deployment_of(objects)["spec"]["replicas"] == 2
 
 
 def test_a_named_service_account_is_the_one_the_rbac_binds() -> None:
@@ -258,6 +277,31 @@ def test_the_service_monitors_scrape_the_operator_and_the_workers_with_the_label
     workers = monitors["kafleet-workers"]
     assert workers["namespaceSelector"] == {"matchNames": ["shop"]}
     assert workers["endpoints"][0]["relabelings"][0]["targetLabel"] == "consumergroup"
+
+
+def notes(k8s: K8s, *sets: str) -> str:
+    """The NOTES helm prints after an install (a client-side dry run: helm asks the apiserver
+    its version, nothing else; ``helm template`` does not render NOTES)."""
+    done = _helm(
+        "install", "kafleet", str(CHART), "-n", "ops", "--dry-run=client",
+        "--kubeconfig", str(k8s.kubeconfig), *sets,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.partition("NOTES:")[2]
+
+
+def test_the_notes_say_how_many_pods_share_how_many_shards_and_who_leads(k8s: K8s) -> None:
+    shared = notes(k8s, "--set", "replicas=3", "--set", "shards=2")
+    assert "3 operator pods share 2 shards of the groups" in shared
+    assert "(kafleet-operator-<i>-of-2)" in shared
+    assert "(kafleet-operator-member-2-<pod>)" in shared
+    assert "kubectl -n ops get leases" in shared
+    assert "grep -e ^LEASE -e ^kafleet-operator-" in shared
+    assert "stands by idle" not in shared
+    assert "no pod stands by idle" in notes(k8s, "--set", "shards=2")
+    single = notes(k8s, "--set", "replicas=1", "--set", "shards=0")
+    assert "One operator pod, without Leases (shards: 0)" in single
+    assert "leases" not in single
 
 
 @pytest.fixture(scope="module")
