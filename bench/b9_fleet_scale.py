@@ -1,30 +1,45 @@
-"""B9, fleet scale: N ConsumerGroups on one kafleet operator beside N ScaledObjects on real KEDA,
-the same topics, the same lag step, the same control plane and broker.
+"""B9, fleet scale: N ConsumerGroups on kafleet's operator (one process, or 2 or 4 shards) beside
+N ScaledObjects on real KEDA, the same topics, the same lag step, the same control plane and
+broker.
 
-For each N (100, 300, 1,000; ``--quick``: 20): N topics of 8 partitions, every group's offsets
-at the log end (``fleet_scale_kafka.py``); a fresh control plane with kwok nodes big enough for
-every pod (none runs: kwok marks them Running and Ready). Then each scaler in a namespace of its
-own, one after the other: kafleet (one ``kafleet operator`` process on this host, interval 5 s,
-its calls to sidecars answered by ``FakeSidecars``) with N ConsumerGroups (autoscaling 1..8 at
-``lag_per_replica`` 100, defaults otherwise), then KEDA (``tests/infra/keda.py``) with N
-Deployments of one replica and a ScaledObject each (kafka trigger, ``lagThreshold`` 100,
-``pollingInterval`` 5, 1..8), both applied server-side in chunks. For each: the time from the
-apply until every object is Ready (a ScaledObject: and its HPA seen, ``HPAActive``); at rest
-(from 30 s later), over a window, the scaler's processes and their children from /proc (CPU,
-peak RSS, threads, fds, connections to the broker), the broker's requests (JMX) and the
-apiserver's requests (its /metrics, the control plane's own heartbeats left out); then 2,000
-records into the topics of 10 random groups and, per group, the time to the scaler's decision
-(kafleet: the ConsumerGroup's ``spec.replicas``; KEDA: its HPA's ``desiredReplicas``) and to
-the Deployment's 8 replicas. Last, the topics are deleted, timed.
+What runs is the plan (``fleet_scale_plan.py``, from the environment): by default N = 100, 300,
+1,000 (``--quick``: 20), each group on a topic of its own, one operator, then KEDA; from 3,000
+groups on, ten groups share each topic (N/10 topics of 8 partitions, one broker holding about
+19,800 partitions), kafleet runs as one operator, then 2 shards (2 processes, ``--shards 2``),
+then 4 (4 processes), and KEDA only up to 3,000 groups. For each N: the topics, every group (its
+own Kafka group id) committed at its topic's log end (``fleet_scale_kafka.py``); a fresh control
+plane with kwok nodes big enough for every pod (none runs: kwok marks them Running and Ready).
 
-Each size's raw figures are written to ``bench/results/b9-samples.json`` as soon as it is
-measured; with ``KAFLEET_B9_RESUME=1`` the sizes found there are not measured again;
-``KAFLEET_B9_PROFILE=1`` (with py-spy in the virtual environment) profiles kafleet's operator
-over each window at rest.
+kafleet (interval 5 s, its calls to sidecars answered by ``FakeSidecars``; autoscaling 1..8 at
+``lag_per_replica`` 100, ``scale_up_max_pods`` 8, defaults otherwise): the groups are applied
+once, server-side in chunks, under the first configuration's operators, timed from the apply
+until every group is Ready; then each configuration's processes are started anew
+(``fleet_scale_shards.py``; applying 10,000 groups, their Deployments and pods per
+configuration would take hours on two cores), timed from their start until every shard is led,
+no process leads more than its share and every group had a pass by the process leading it. Then
+(``fleet_scale_run.py``) 30 s to rest, a window at rest: the processes from /proc (CPU summed,
+RSS, threads and connections to the broker summed and the largest process's), the broker's
+requests (JMX), the apiserver's requests (its /metrics, Leases and nodes left out) and the
+operators' own Lease writes (a watch); then the lag step and, per group, the time to the
+decision (the ConsumerGroup's ``spec.replicas``) and to its Deployment's 8 replicas; then the
+stepped groups back at lag 0 and 1 replica before the processes stop, so the next configuration
+starts at rest. KEDA: ``fleet_scale_keda.py``, timed from the ScaledObjects' apply.
 
-Owns the workload, its order and the table. Does not own the readers (``fleet_scale_probe.py``),
-the topics (``fleet_scale_kafka.py``), the control plane (``tests/infra/k8s.py``) or KEDA
-(``tests/infra/keda.py``).
+The lag step: 2,000 records into every partition-set of whole topics, as many as hold at least
+10 groups (``KAFLEET_B9_STEP_GROUPS``): with a topic a group, 10 random topics, as B9 always
+had; with ten groups a topic, one random topic, whose 10 groups all see a lag of 2,000 (every
+group of a topic sees its records). Either way 10 groups go from 1 to 8 replicas on a lag of
+2,000 each, so the step is the same size at every N, and every group that sees lag is measured.
+
+Each size's raw figures go to ``bench/results/b9-samples.json`` (a key per size, and per groups
+a topic if more than one; a key per configuration inside) as soon as they are measured; other
+sizes already there are kept, and with ``KAFLEET_B9_RESUME=1`` not measured again. The table is
+printed, saved by the harness and written as ``bench/results/b9.md``. ``KAFLEET_B9_PROFILE=1``
+(with py-spy in the virtual environment) profiles an operator over each window at rest.
+
+Owns the kafleet half's order, the size's order and the table. Does not own the plan, the
+readers (``fleet_scale_probe.py``), the topics, the operator processes, KEDA's half, the
+control plane (``tests/infra/k8s.py``) or KEDA (``tests/infra/keda.py``).
 """
 
 from __future__ import annotations
@@ -32,115 +47,140 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kubernetes
 
 from bench import fleet_scale_figures as figures
+from bench import fleet_scale_keda, fleet_scale_plan
 from bench import fleet_scale_probe as probe
 from bench.fleet_scale_figures import Measured
 from bench.fleet_scale_kafka import PARTITIONS, Topics
+from bench.fleet_scale_plan import Plan
+from bench.fleet_scale_run import STEP_RECORDS, Run
+from bench.fleet_scale_shards import Operators
 from bench.harness import RESULTS, Context, Table
 from tests.infra import k8s, kwok_nodes, processes, waiting
 from tests.infra import kafka as kafka_infra
 from tests.infra import keda as keda_infra
 
-SIZES, QUICK_SIZES = (100, 300, 1000), (20,)
-INTERVAL_S, THRESHOLD, MAX_REPLICAS = figures.TICK_S, 100, figures.FULL
-STEP_GROUPS, STEP_RECORDS, STEP_TIMEOUT_S = 10, 2000, 240.0
+THRESHOLD, MAX_REPLICAS = 100, figures.FULL
 NODE_PODS = 1000  # pods per kwok node of B9's own (the plane's two take 110 each)
 PLACEMENT = {"nodeSelector": {"type": "kwok"}}
 IMAGE = "registry.example.com/worker:1"  # never pulled: kwok runs no container
-CHUNK = 100  # objects per server-side apply
 WORKDIR = kafka_infra.CACHE.parent / "bench-b9"
-KAFLEET = str(kafka_infra.REPO_ROOT / ".venv" / "bin" / "kafleet")
 CRDS, CRD = kafka_infra.REPO_ROOT / "crds", "consumergroups.kafleet.io"
+SAMPLES = RESULTS / "b9-samples.json"
+
+
+def _group(name: str, topic: str, bootstrap: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kafleet.io/v1alpha1", "kind": "ConsumerGroup", "metadata": {"name": name},
+        "spec": {"image": IMAGE, "handler": "orders:bill", "bootstrap_servers": bootstrap,
+                 "group_id": name, "topics": [topic], "replicas": 1, "pod_template": PLACEMENT,
+                 "autoscaling": {"min_replicas": 1, "max_replicas": MAX_REPLICAS,
+                                 "lag_per_replica": THRESHOLD, "scale_up_max_pods": MAX_REPLICAS}},
+    }  # fmt: skip
 
 
 @dataclass(frozen=True)
-class Run:
-    """What both halves of one N share."""
+class _Groups:
+    """kafleet's ConsumerGroups in ``ns`` and their Deployments, as B9 reads them."""
 
-    plane: k8s.ControlPlane
-    topics: Topics
-    jmx: probe.BrokerJmx
-    step: list[str]  # the groups the lag step hits
-    window_s: float
+    custom: kubernetes.client.CustomObjectsApi
+    apps: kubernetes.client.AppsV1Api
+    ns: str
+
+    def listed(self) -> list[dict[str, Any]]:
+        found = cast(dict[str, Any], self.custom.list_namespaced_custom_object(*self._kind))
+        return list(found["items"])
+
+    def ready(self) -> int:
+        return sum(map(figures.ready, self.listed()))
+
+    def read(self, name: str) -> tuple[bool, int]:
+        """Whether it decided to scale (its ``spec.replicas``), and its Deployment's replicas."""
+        return self._get(name)["spec"].get("replicas", 1) > 1, self._replicas(name)
+
+    def at_lag_zero(self, names: list[str]) -> bool:
+        return all((self._get(name).get("status") or {}).get("lag") == 0 for name in names)
+
+    def at_one_replica(self, names: list[str]) -> bool:
+        return all(self._replicas(name) == 1 for name in names)
 
     @property
-    def api(self) -> kubernetes.client.ApiClient:
-        return kubernetes.config.new_client_from_config(config_file=str(self.plane.kubeconfig))
+    def _kind(self) -> tuple[str, str, str, str]:
+        return "kafleet.io", "v1alpha1", self.ns, "consumergroups"
 
-    def apply(self, namespace: str, objects: list[dict[str, Any]]) -> None:
-        """Server-side, ``CHUNK`` objects a kubectl."""
-        args = ("apply", "--server-side", "--field-manager=b9", "-n", namespace, "-f", "-")
-        for i in range(0, len(objects), CHUNK):
-            items = {"apiVersion": "v1", "kind": "List", "items": objects[i : i + CHUNK]}
-            k8s.kubectl(self.plane.kubeconfig, *args, input=json.dumps(items), timeout=300)
+    def _get(self, name: str) -> dict[str, Any]:
+        return cast(dict[str, Any], self.custom.get_namespaced_custom_object(*self._kind, name))
 
-    @contextmanager
-    def namespace(self, name: str) -> Iterator[str]:
-        self.plane.kubectl("create", "namespace", name)
+    def _replicas(self, name: str) -> int:
+        return int(self.apps.read_namespaced_deployment(name, self.ns).spec.replicas or 0)
+
+
+def _kafleet(
+    run: Run, bootstrap: str, configurations: tuple[int, ...], keda_next: bool
+) -> dict[str, Measured]:
+    """Every configuration at ``run``'s N, in the order of the module's docstring; the groups
+    deleted after only if KEDA runs next on this plane."""
+    found: dict[str, Measured] = {}
+    sidecars = probe.FakeSidecars()
+    with run.namespace("b9-kafleet", delete=keda_next) as ns, ExitStack() as stack:
+        stack.callback(sidecars.close)
+        custom = kubernetes.client.CustomObjectsApi(run.api)
+        groups = _Groups(custom, kubernetes.client.AppsV1Api(custom.api_client), ns)
+        for i, shards in enumerate(configurations):
+            with ExitStack() as leases:
+                lease_ns = (
+                    leases.enter_context(run.namespace(f"b9-leases-{shards}")) if shards else ""
+                )
+                operators = Operators(
+                    run.plane, custom.api_client, ns, shards, sidecars.url, lease_ns
+                )
+                found[fleet_scale_plan.label(shards)] = _configuration(
+                    run, bootstrap, groups, operators, cold=i == 0
+                )
+    return found
+
+
+def _configuration(
+    run: Run, bootstrap: str, groups: _Groups, operators: Operators, cold: bool
+) -> Measured:
+    """One configuration: (``cold``: the groups applied, settled, the operators stopped) the
+    operators started, settled, measured, the stepped groups back at rest, the operators
+    stopped."""
+    names = list(run.topics.groups)
+    measured = Measured(len(names), cold=cold, restarted=True)
+    if cold:
+        manifests = [_group(name, topic, bootstrap) for name, topic in run.topics.groups.items()]
+        operators.start()
         try:
-            yield name
+            run.apply_and_settle(measured, groups.ns, manifests, groups.ready)
         finally:
-            _cleanup(self.plane, "delete", "namespace", name)
-
-    def measure(
-        self,
-        measured: Measured,
-        ns: str,
-        objects: list[dict[str, Any]],
-        ready: Callable[[], int],
-        read: Callable[[str], tuple[bool, int]],
-        pids: dict[str, int],
-        logs: dict[Path, str],
-        passes: Callable[[], float] | None = None,
-    ) -> None:
-        """Apply, settle, a window at rest, the step; the errors the scaler logged at rest and
-        in the step (``logs``: each log and how it marks an error)."""
-        started = time.monotonic()
-        self.apply(ns, objects)
-        figures.settle(measured, started, ready)
-        time.sleep(min(30.0, self.window_s / 2))  # the first passes after Ready are not rest
-        sizes = {log: log.stat().st_size for log in logs}
-        port = probe.port_of(self.topics.bootstrap)
-        profiler = _profile(pids, measured.groups, self.window_s)
-        figures.measure(
-            measured, self.plane.kubeconfig, pids, self.jmx, port, self.window_s, passes
+            operators.stop()
+    try:
+        started = operators.start()
+        measured.restart_s, measured.passed = figures.settle(
+            len(names), started, lambda: operators.settled(names)
         )
-        if profiler is not None:
-            profiler.wait()
-        started = self.topics.produce(self.step, STEP_RECORDS // PARTITIONS)
-        figures.watch_step(measured, started, self.step, read, STEP_TIMEOUT_S)
-        for log, marker in logs.items():
-            with log.open("rb") as lines:
-                lines.seek(sizes[log])
-                measured.log_errors += sum(marker.encode() in line for line in lines)
-
-
-def _profile(pids: dict[str, int], n: int, seconds: float) -> subprocess.Popen[bytes] | None:
-    """With ``KAFLEET_B9_PROFILE=1``: py-spy samples kafleet's operator (and its reading
-    child) over the window at rest, into ``bench/results/b9-kafleet-<n>.pyspy`` (py-spy's raw
-    format: one stack and its count per line)."""
-    pid = pids.get("kafleet-operator")
-    spy = Path(KAFLEET).parent / "py-spy"
-    if not os.environ.get("KAFLEET_B9_PROFILE") or pid is None or not spy.exists():
-        return None
-    out = RESULTS / f"b9-kafleet-{n}.pyspy"
-    RESULTS.mkdir(exist_ok=True)
-    return subprocess.Popen(
-        [str(spy), "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "100", "-f", "raw",
-         "-o", str(out), "--subprocesses", "--nonblocking"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        profile_as = f"{fleet_scale_plan.label(operators.shards)}-{len(names)}"
+        around = operators.lease_writes(measured)
+        run.measure(measured, groups.read, operators.pids, operators.logs, operators.passes,
+                    around, profile_as)  # fmt: skip
+        measured.shards_led = operators.led()
+        # Back at rest before the next configuration: lag 0 seen, then 1 replica (the scale-down
+        # window would hold 8 replicas for 5 minutes, and scale down inside the next window).
+        run.topics.commit_at_end(run.step)
+        waiting.wait_until(lambda: groups.at_lag_zero(run.step), 120, "lag 0 seen", every=1)
+        run.plane.kubectl("scale", "consumergroups", *run.step, "--replicas=1", "-n", groups.ns)
+        waiting.wait_until(lambda: groups.at_one_replica(run.step), 120, "1 replica", every=1)
+    finally:
+        operators.stop()
+    return measured
 
 
 def _nodes(plane: k8s.ControlPlane, pods: int) -> None:
@@ -154,189 +194,115 @@ def _established(plane: k8s.ControlPlane) -> bool:
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
-def _passes(address: str) -> float:
-    """The operator's passes so far, all groups and results."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
-        lines = response.read().decode().splitlines()
-    return sum(
-        float(x.rsplit(" ", 1)[1]) for x in lines if x.startswith("kafleet_operator_passes_total")
-    )
-
-
-def _kafleet(run: Run, bootstrap: str) -> Measured:
-    measured, sidecars = Measured(len(run.topics.names)), probe.FakeSidecars()
-    metrics = f"{kafka_infra.LOOPBACK}:{kafka_infra.free_port()}"
-    groups = [
-        {"apiVersion": "kafleet.io/v1alpha1", "kind": "ConsumerGroup", "metadata": {"name": name},
-         "spec": {"image": IMAGE, "handler": "orders:bill", "bootstrap_servers": bootstrap,
-                  "group_id": name, "topics": [name], "replicas": 1, "pod_template": PLACEMENT,
-                  "autoscaling": {"min_replicas": 1, "max_replicas": MAX_REPLICAS,
-                                  "lag_per_replica": THRESHOLD,
-                                  "scale_up_max_pods": MAX_REPLICAS}}}
-        for name in run.topics.names
-    ]  # fmt: skip
-    with run.namespace("b9-kafleet") as ns:
-        liveness = f"http://{kafka_infra.LOOPBACK}:{kafka_infra.free_port()}/healthz"
-        log = run.plane.log_path("kafleet-operator")
-        pid = processes.spawn(
-            [KAFLEET, "operator", "--namespace", ns, "--kubeconfig", str(run.plane.kubeconfig),
-             "--interval-s", f"{INTERVAL_S:g}", "--sidecar-url", sidecars.url, "--liveness",
-             liveness, "--metrics-address", metrics],
-            log,
-        )  # fmt: skip
-
-        custom = kubernetes.client.CustomObjectsApi(run.api)
-        apps = kubernetes.client.AppsV1Api(custom.api_client)
-        kind = ("kafleet.io", "v1alpha1", ns, "consumergroups")
-
-        def alive() -> bool:  # kopf answers once its watches run
-            with urllib.request.urlopen(liveness, timeout=2) as response:
-                return bool(response.status == 200)
-
-        def ready() -> int:
-            return sum(map(figures.ready, custom.list_namespaced_custom_object(*kind)["items"]))
-
-        def read(name: str) -> tuple[bool, int]:
-            wished = custom.get_namespaced_custom_object(*kind, name)["spec"].get("replicas", 1)
-            return wished > 1, apps.read_namespaced_deployment(name, ns).spec.replicas or 0
-
-        try:
-            if why := processes.wait_started(pid, log, alive, 60):
-                raise RuntimeError(f"kafleet operator {why}; read {log}")
-            pids, errors = {"kafleet-operator": pid}, {log: " ERROR "}
-            run.measure(measured, ns, groups, ready, read, pids, errors, lambda: _passes(metrics))
-        finally:
-            processes.stop(pid, timeout=30)
-            sidecars.close()
-    return measured
-
-
-def _keda(run: Run, bootstrap: str) -> Measured:
-    measured = Measured(len(run.topics.names))
-    deployments = [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                  "template": {"metadata": {"labels": {"app": name}}, "spec": {
-                      **PLACEMENT, "containers": [{"name": "worker", "image": IMAGE}]}}}}
-        for name in run.topics.names
-    ]  # fmt: skip
-    scaled = [
-        {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": name},
-         "spec": {"scaleTargetRef": {"name": name}, "pollingInterval": int(INTERVAL_S),
-                  "minReplicaCount": 1, "maxReplicaCount": MAX_REPLICAS,
-                  "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleUp": {
-                      "policies": [{"type": "Pods", "value": MAX_REPLICAS,
-                                    "periodSeconds": 15}]}}}},
-                  "triggers": [{"type": "kafka", "metadata": {
-                      "bootstrapServers": bootstrap, "consumerGroup": name, "topic": name,
-                      "lagThreshold": str(THRESHOLD)}}]}}
-        for name in run.topics.names
-    ]  # fmt: skip
-    with keda_infra.start_keda(run.plane) as keda, run.namespace("b9-keda") as ns:
-        custom = kubernetes.client.CustomObjectsApi(run.api)
-        apps = kubernetes.client.AppsV1Api(custom.api_client)
-        hpas = kubernetes.client.AutoscalingV2Api(custom.api_client)
-        kind = ("keda.sh", "v1alpha1", ns, "scaledobjects")
-
-        def ready() -> int:  # and the HPA seen: KEDA's last status write of a new one
-            found = custom.list_namespaced_custom_object(*kind)["items"]
-            return sum(figures.ready(so, also="HPAActive") for so in found)
-
-        def read(name: str) -> tuple[bool, int]:
-            hpa = hpas.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{name}", ns)
-            wished = ((hpa.status and hpa.status.desired_replicas) or 0) > 1
-            return wished, apps.read_namespaced_deployment(name, ns).spec.replicas or 0
-
-        run.apply(ns, deployments)
-        try:
-            logs = dict.fromkeys(keda.logs.values(), '"level":"error"')
-            run.measure(measured, ns, scaled, ready, read, keda.pids, logs)
-        finally:  # while KEDA runs: its finalizer would hold them
-            _cleanup(run.plane, "delete", "scaledobjects", "--all", "-n", ns)
-    return measured
-
-
-def _cleanup(plane: k8s.ControlPlane, *args: str) -> None:
-    """A kubectl delete after a measurement: waited for up to 10 minutes, and one that takes
-    longer (KEDA's finalizers on a thousand ScaledObjects) ends no run: the plane goes next."""
-    try:
-        plane.kubectl(*args, "--timeout=600s", check=False, timeout=660)
-    except subprocess.TimeoutExpired:
-        print(f"kubectl {' '.join(args)} was still waiting after 660 s; going on", flush=True)
-
-
-def _one_size(ctx: Context, n: int, jmx: probe.BrokerJmx, window_s: float,
-              notes: list[str]) -> dict[str, Measured]:  # fmt: skip
-    """Both scalers at ``n`` groups (fewer if the broker holds fewer topics)."""
+def _one_size(
+    ctx: Context, plan: Plan, n: int, jmx: probe.BrokerJmx, notes: list[str]
+) -> dict[str, Measured]:
+    """Every scaler at ``n`` groups (fewer if the broker holds fewer topics)."""
+    per_topic = plan.groups_per_topic(n)
     topics = Topics(ctx.bootstrap, probe.broker_pid(ctx.bootstrap))
-    topics.create(f"b9-{n}-{int(time.time()) % 10_000}", n)
+    topics.create(f"b9-{n}-{int(time.time()) % 10_000}", -(-n // per_topic))
+    topics.share(per_topic, n)
     topics.fill()
     if topics.refused:
         notes.append(f"N={n}: the broker took {len(topics.names)} topics: {topics.refused}")
-    step = random.Random(n).sample(topics.names, min(STEP_GROUPS, len(topics.names)))
+    wanted = min(-(-plan.step_groups // per_topic), len(topics.names))
+    step_topics = random.Random(n).sample(topics.names, wanted)
+    step = [group for group, topic in topics.groups.items() if topic in step_topics]
     processes.reap_stale_runs(WORKDIR)
     try:
         plane = k8s.start_control_plane(WORKDIR / f"session-{os.getpid()}" / f"n{n}")
         try:
-            _nodes(plane, len(topics.names) + STEP_GROUPS * MAX_REPLICAS)
+            _nodes(plane, len(topics.groups) + len(step) * MAX_REPLICAS)
             plane.kubectl("apply", "--server-side", "-f", str(CRDS))
             waiting.wait_until(lambda: _established(plane), 60, f"{CRD} established", every=0.5)
-            run = Run(plane, topics, jmx, step, window_s)
-            measured = {"kafleet": _kafleet(run, ctx.bootstrap)}
-            if keda_infra.built() is not None:
-                topics.commit_at_end(step)  # lag 0 again
-                measured["KEDA"] = _keda(run, ctx.bootstrap)
+            run = Run(plane, topics, jmx, step, step_topics, plan.window_s)
+            keda = plan.keda(n) and keda_infra.built() is not None
+            measured = _kafleet(run, ctx.bootstrap, plan.configurations(n), keda)
+            if keda:
+                measured["KEDA"] = fleet_scale_keda.measure(run, ctx.bootstrap, IMAGE, PLACEMENT)
         finally:
             plane.stop()
     finally:
         unlisted, closed = topics.delete()
         notes.append(
-            f"N={n}: {len(topics.names) * PARTITIONS:,} partitions created and led in "
-            f"{topics.created_s:.1f} s; deleted: unlisted after {unlisted:.1f} s, their files "
-            f"closed after {closed:.0f} s"
+            f"N={n}: {len(topics.names):,} topics, {len(topics.names) * PARTITIONS:,} partitions "
+            f"created and led in {topics.created_s:.1f} s; deleted: unlisted after "
+            f"{unlisted:.1f} s, their files closed after {closed:.0f} s"
         )
     return measured
 
 
+def _key(n: int, per_topic: int) -> str:
+    return str(n) if per_topic == 1 else f"{n}, {per_topic} a topic"
+
+
 def run(ctx: Context) -> Table:
-    sizes, window_s = (QUICK_SIZES, 30.0) if ctx.quick else (SIZES, 60.0)
+    plan = Plan.from_env(ctx.quick)
     jmx = probe.BrokerJmx(probe.broker_pid(ctx.bootstrap))
-    columns = ["figure"] + [c for n in sizes for c in (f"kafleet {n}", f"KEDA {n}", "ratio")]
-    table = Table("b9", "fleet scale: N groups on one kafleet operator and on KEDA", columns)
-    samples = RESULTS / "b9-samples.json"
-    raw: dict[str, dict[str, Any]] = {}
-    if os.environ.get("KAFLEET_B9_RESUME") and samples.exists():  # sizes measured already
-        raw = json.loads(samples.read_text())
-    for n in sizes:
-        if str(n) in raw:
-            measured = {tool: Measured(**m) for tool, m in raw[str(n)].items()}
-        else:
-            measured = _one_size(ctx, n, jmx, window_s, table.notes)
-            raw[str(n)] = {tool: asdict(m) for tool, m in measured.items()}
+    raw: dict[str, dict[str, Any]] = json.loads(SAMPLES.read_text()) if SAMPLES.exists() else {}
+    notes: list[str] = [f"plan: {plan.describe()}"]
+    sizes: dict[str, dict[str, Measured]] = {}
+    for n in plan.sizes:
+        key = _key(n, plan.groups_per_topic(n))
+        if key not in raw or not os.environ.get("KAFLEET_B9_RESUME"):
+            found = _one_size(ctx, plan, n, jmx, notes)
+            raw[key] = {tool: asdict(m) for tool, m in found.items()}
             RESULTS.mkdir(exist_ok=True)
-            samples.write_text(json.dumps(raw, indent=1))  # each size kept as soon as measured
-        found = {tool: figures.rows(m, STEP_GROUPS) for tool, m in measured.items()}
-        for i, (label, mine) in enumerate(found["kafleet"].items()):
+            SAMPLES.write_text(json.dumps(raw, indent=1))  # each size kept as soon as measured
+        sizes[key] = {tool: Measured(**m) for tool, m in raw[key].items()}
+    table = _table(sizes, notes)
+    (RESULTS / "b9.md").write_text(table.markdown())
+    return table
+
+
+def _table(sizes: dict[str, dict[str, Measured]], notes: list[str]) -> Table:
+    """A column per size and scaler, then the ratios: kafleet's one operator over KEDA, and
+    each sharded configuration over the one operator."""
+    table = Table("b9", "fleet scale: N groups on kafleet's operator(s) and on KEDA", ["figure"])
+    one = fleet_scale_plan.label(0)
+    for key, measured in sizes.items():
+        found = {tool: figures.rows(m) for tool, m in measured.items()}
+        ratios = {f"{one} / KEDA": (one, "KEDA")} if {one, "KEDA"} <= set(found) else {}
+        for tool in found:
+            if one in found and tool not in (one, "KEDA"):
+                ratios[f"{tool.removeprefix('kafleet ')} / 1"] = (tool, one)
+        table.columns += [f"{tool} {key}" for tool in found] + list(ratios)
+        for i, label in enumerate(next(iter(found.values()))):
             if len(table.rows) <= i:
                 table.rows.append([label])
-            theirs = found.get("KEDA", {}).get(label)
-            table.rows[i] += [mine, "-" if theirs is None else theirs, figures.ratio(mine, theirs)]
-    table.notes += [
-        f"each N: a control plane of its own with kwok nodes; kafleet's operator (--interval-s "
-        f"{INTERVAL_S:g}), then KEDA {keda_infra.KEDA_VERSION} (pollingInterval {INTERVAL_S:g}, "
-        "the HPA's 15 s sync), each in a namespace of its own; autoscaling 1..8 at 100 records "
-        "a replica, both allowed up to 8 pods per 15 s (kafleet's scale_up_max_pods, the HPA's "
-        "scaleUp policy), so a step can reach full scale at once (by default both add at most "
-        f"4 pods or 100 % per 15 s: 1, 5 or 4, 8); the step: {STEP_RECORDS:,} records into "
-        f"each of {STEP_GROUPS} random topics",
-        "a tick is 5 s; KEDA's CPU, RSS, threads, fds and connections are its operator's and "
-        "adapter's summed; apiserver requests leave out watches, leases and nodes, and count "
-        "the HPA controller's (externalmetrics, deployments/scale, HPAs) as KEDA's",
-        "decision: kafleet's spec.replicas, KEDA's HPA desiredReplicas, leaving 1; p99 of "
-        "10 groups is their slowest (nearest rank); kafleet's sidecar calls go to one fake "
-        "sidecar answering as a worker that applied the default max_poll_records; raw "
-        f"samples in {RESULTS / 'b9-samples.json'}",
-    ]
+            table.rows[i] += ["-" if f[label] is None else f[label] for f in found.values()]
+            table.rows[i] += [
+                figures.ratio(found[a][label], found[b][label]) for a, b in ratios.values()
+            ]
+        notes += [
+            f"{key}, {tool}: the goals at 10,000: {figures.goals(m)}"
+            for tool, m in measured.items()
+            if tool != "KEDA"
+        ]
+    table.notes = [*notes, *_notes()]
     if keda_infra.built() is None:
         table.notes.append(f"KEDA is not built ({keda_infra.BIN}): make keda")
     return table
+
+
+def _notes() -> list[str]:
+    return [
+        "each N: a control plane of its own with kwok nodes; kafleet's operator (--interval-s "
+        f"{figures.TICK_S:g}; 'kafleet S shards': S processes of --shards S, Leases in a "
+        f"namespace of their own), then KEDA {keda_infra.KEDA_VERSION} (pollingInterval "
+        f"{figures.TICK_S:g}, the HPA's 15 s sync); autoscaling 1..8 at 100 records a replica, "
+        f"both allowed up to 8 pods per 15 s; the step: {STEP_RECORDS:,} records into each of "
+        "its whole topics (10 random ones with a topic a group, 1 with ten), every group on "
+        "them measured",
+        "settle: the groups are applied once, under the first configuration (apply -> all "
+        "Ready); each configuration's operators are then started anew (start -> every shard "
+        "led, none over its share, every group passed by its leader)",
+        "a tick is 5 s; CPU, RSS, threads, fds and connections summed over the processes "
+        "(KEDA: its operator and adapter), and the largest process's; apiserver requests leave "
+        "out watches, Leases and nodes (kwok's node Leases and the operators' alike) and count "
+        "the HPA controller's as KEDA's; the operators' Lease writes are counted by a watch",
+        "decision: kafleet's spec.replicas, KEDA's HPA desiredReplicas, leaving 1; p99 of "
+        "10 groups is their slowest (nearest rank); kafleet's sidecar calls go to one fake "
+        "sidecar answering as a worker that applied the default max_poll_records; raw "
+        f"samples in {SAMPLES}",
+    ]

@@ -1,14 +1,15 @@
-"""B9's topics on the test broker: one per group, each group's offsets at the log end, the lag
-step, and deleting them again, each timed.
+"""B9's topics on the test broker, read by one group each or shared by several, each group's
+offsets at the log end, the lag step, and deleting them again, each timed.
 
 Owns: creating N topics of 8 partitions in chunks and waiting until every partition has a
 leader (creation is acknowledged before the broker has made the logs); no more than the
 broker's open-file limit and ``vm.max_map_count`` leave room for (``room``), and if the
-broker refuses more, the topics it holds so far are the run's; a few records per partition and
-each group's committed offsets at the log end (one ``alter_consumer_group_offsets`` per group,
-all at once), so every group starts at lag 0; the step (records into some topics, timed at
-the producer's flush); deleting the topics, timed until the metadata no longer shows them and
-until the broker has closed their files.
+broker refuses more, the topics it holds so far are the run's; which groups read which topic
+(``share``: a topic's own name for its one group, else ``<topic>-<k>``); a few records per
+partition and each group's committed offsets at its topic's log end (one
+``alter_consumer_group_offsets`` per group, all at once), so every group starts at lag 0; the
+step (records into some topics, timed at the producer's flush); deleting the topics, timed until
+the metadata no longer shows them and until the broker has closed their files.
 
 Does not own the groups in Kubernetes or any measurement of the scalers (``b9_fleet_scale.py``).
 """
@@ -32,6 +33,7 @@ RECORDS_PER_PARTITION = 3
 # its two memory-mapped indexes. Past its open-file limit the broker fails its log directory
 # and stops; past vm.max_map_count it cannot map indexes.
 FDS_PER_PARTITION, MAPS_PER_PARTITION, MARGIN = 1, 2, 500
+COMMIT_TIMEOUT_S = 120  # groups committed again while the broker says its coordinator is not ready
 
 
 def room(pid: int) -> tuple[int, str]:
@@ -62,7 +64,7 @@ def _open_files(pid: int, prefix: str) -> int:
 
 @dataclass
 class Topics:
-    """The run's topics (each also its group's id) on the broker ``broker_pid`` serves."""
+    """The run's topics on the broker ``broker_pid`` serves, and the groups reading them."""
 
     bootstrap: str
     broker_pid: int
@@ -70,6 +72,8 @@ class Topics:
     created_s: float = 0.0
     refused: str = ""  # why the broker took no more, if it stopped short
     prefix: str = ""
+    groups: dict[str, str] = field(default_factory=dict)  # group id -> its topic; none: a
+    # topic's name is its one group's id
 
     @cached_property
     def admin(self) -> AdminClient:
@@ -130,31 +134,53 @@ class Topics:
             raise RuntimeError(f"records not delivered: {failed[:3]}")
         return time.monotonic()
 
+    def share(self, per_topic: int, count: int) -> None:
+        """``count`` groups (fewer if there are fewer topics), ``per_topic`` on each topic."""
+        pairs = [
+            (name if per_topic == 1 else f"{name}-{k}", name)
+            for name in self.names
+            for k in range(per_topic)
+        ]
+        self.groups = dict(pairs[:count])
+
     def fill(self) -> None:
         self.produce(self.names, RECORDS_PER_PARTITION)
-        self.commit_at_end(self.names)
+        self.commit_at_end(list(self.groups) or self.names)
 
     def commit_at_end(self, names: list[str]) -> None:
-        """Each group's (its topic's name) offsets at its topic's log end: lag 0."""
-        admin = self.admin
+        """Each group's offsets (``names``: group ids) at its topic's log end: lag 0."""
+        admin, topic = self.admin, {g: self.groups.get(g, g) for g in names}
         wanted = {
-            TopicPartition(n, p): OffsetSpec.latest() for n in names for p in range(PARTITIONS)
+            TopicPartition(t, p): OffsetSpec.latest()
+            for t in set(topic.values())
+            for p in range(PARTITIONS)
         }
         ends = {tp: f.result(60).offset for tp, f in admin.list_offsets(wanted).items()}
-        futures = [
-            future
-            for name in names
-            for future in admin.alter_consumer_group_offsets(
-                [
-                    ConsumerGroupTopicPartitions(
-                        name, [TopicPartition(name, p, ends[TopicPartition(name, p)])
-                               for p in range(PARTITIONS)]
-                    )
-                ]
-            ).values()
-        ]  # fmt: skip
-        for future in futures:
-            future.result(60)
+        # A partition's error is in the result, not raised: on a fresh broker, while
+        # __consumer_offsets is made and loaded, many say NOT_COORDINATOR or
+        # COORDINATOR_LOAD_IN_PROGRESS and commit nothing. Those groups are committed again.
+        todo, deadline = list(names), time.monotonic() + COMMIT_TIMEOUT_S
+        while todo:
+            futures = {
+                name: future
+                for name in todo
+                for future in admin.alter_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(name, [
+                        TopicPartition(topic[name], p, ends[TopicPartition(topic[name], p)])
+                        for p in range(PARTITIONS)
+                    ])]
+                ).values()
+            }  # fmt: skip
+            failed = {
+                name: str(tp.error)
+                for name, future in futures.items()
+                for tp in future.result(60).topic_partitions
+                if tp.error is not None
+            }
+            if failed and time.monotonic() > deadline:
+                raise RuntimeError(f"{len(failed)} groups not committed: {failed}"[:500])
+            todo = list(failed)
+            time.sleep(1 if todo else 0)
 
     def delete(self, timeout_s: float = 600) -> tuple[float, float]:
         """Delete the topics; seconds until the metadata no longer lists them, and until the

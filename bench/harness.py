@@ -68,6 +68,14 @@ class Table:
         lines.extend(f"  {note}" for note in self.notes)
         return "\n".join(lines)
 
+    def markdown(self) -> str:
+        """The table as Markdown (numbers right-aligned), its notes as a list below."""
+        lines = [f"**{self.name}: {self.title}**", ""]
+        lines.append("| " + " | ".join(self.columns) + " |")
+        lines.append("| --- |" + " ---: |" * (len(self.columns) - 1))
+        lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in self.rows]
+        return "\n".join([*lines, "", *(f"- {note}" for note in self.notes)]) + "\n"
+
     def save(self) -> Path:
         RESULTS.mkdir(exist_ok=True)
         path = RESULTS / f"{self.name}.json"
