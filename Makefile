@@ -28,7 +28,8 @@ SIDE_TESTS := $(REAL_NODE_TESTS) tests/operator/test_fleet_at_scale.py \
 # bounces, killed coordinators and leaders, bounced workers; the operator's lag reading) mostly
 # wait on sessions and elections, and need only the jars: a third session, started as soon as
 # FAULT_SETUP is done, beside the rest of the set-up (the Go builds) and the other two.
-FAULT_TESTS := tests/faults tests/operator/test_lag_on_a_rolling_cluster.py
+FAULT_TESTS := tests/faults tests/operator/test_lag_on_a_rolling_cluster.py \
+  tests/operator/test_committed_offsets_on_a_rolling_cluster.py
 FAULT_SETUP := jars share-jars delta-jars
 # Exactly-once into Delta through a roll, a coordinator kill and a worker killed between its
 # Delta write and its commit: about 4 minutes of two Spark workers since the tables they create

@@ -8,13 +8,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import cast
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafleet.config.security import Security
-from kafleet_operator.reading import clusters, lag_reader, log_offsets, readers, snapshots
+from kafleet_operator.reading import (
+    clusters,
+    committed,
+    lag_reader,
+    log_offsets,
+    readers,
+    snapshots,
+)
 from tests.conftest import TopicFactory
 from tests.infra.kafka import SaslListener
 from tests.infra.records import ProduceReport
@@ -92,16 +99,6 @@ def test_one_read_serves_every_group_of_the_cluster(
     assert snapshot.starts == {}  # every group committed: no log-start offsets asked
 
 
-class CountingView(clusters.View):
-    """The real view, counting the groups whose committed offsets it asks Kafka for."""
-
-    asked = 0
-
-    def _ask(self, group: str, tps: list[tuple[str, int]], deadline: float) -> Any:
-        self.asked += 1
-        return super()._ask(group, tps, deadline)
-
-
 def test_a_caught_up_group_is_not_asked_again_until_its_log_ends_move(
     kafka: str,
     topic_factory: TopicFactory,
@@ -114,18 +111,18 @@ def test_a_caught_up_group_is_not_asked_again_until_its_log_ends_move(
     produce(topic, 20, partition=0)
     commit({"bootstrap.servers": kafka}, group, topic, {0: 20, 1: 0})
     want = snapshots.Want(group, (topic,))
-    view = CountingView(kafka, Security())
+    view = clusters.View(kafka, Security())
 
     first = lag_reader.lag_of(view.read([want]), want)
     again = lag_reader.lag_of(view.read([want]), want)
-    asked_at_rest = view.asked
+    asked_at_rest = view.committed.calls
     produce(topic, 5, partition=1)
     moved = lag_reader.lag_of(view.read([want]), want)
 
     assert (first.total, again.total, moved.total) == (0, 0, 5)
     assert again.committed == {(topic, 0): 20, (topic, 1): 0}
     assert asked_at_rest == 1
-    assert view.asked == 2
+    assert view.committed.calls == 2
 
 
 def test_a_wrong_password_is_an_authentication_error_before_the_timeout(
@@ -365,7 +362,7 @@ def answered(partition: int, offset: int, error: KafkaError | None = None) -> To
 def test_committed_offsets_are_read_as_answered_and_none_where_nothing_was_committed(
     answer: list[TopicPartition], read: dict[tuple[str, int], int | None]
 ) -> None:
-    assert clusters._offsets_of([("orders", 0), ("orders", 1)], answer) == read
+    assert committed.offsets_of([("orders", 0), ("orders", 1)], answer) == read
 
 
 @pytest.mark.parametrize(
@@ -383,5 +380,5 @@ def test_committed_offsets_not_all_answered_are_a_failure_not_a_missing_commit(
     """A partition taken as one with no commit reads as 0 with ``scale_to_zero_on_invalid_offset``:
     a smaller lag, where it is an unknown one."""
     assert isinstance(
-        clusters._offsets_of([("orders", 0), ("orders", 1)], answer), snapshots.Failure
+        committed.offsets_of([("orders", 0), ("orders", 1)], answer), snapshots.Failure
     )

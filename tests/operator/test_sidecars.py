@@ -1,15 +1,21 @@
 """Which pods' sidecars the operator asks, and at which address: only ready pods that are not
 terminating count, and an IPv6 address is bracketed (unbracketed, every request failed and
-tuning was silently dead on IPv6 clusters)."""
+tuning was silently dead on IPv6 clusters); kafleet's own sidecar is read over the operator's
+pool of connections, and a busy one is left out, not guessed from."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
+from pathlib import Path
 from typing import Any, cast
 
 import kopf
 import pytest
 
+from kafleet.sidecar import http_serving
+from kafleet.sidecar.server import Sidecar, serve
 from kafleet_operator.policy import builders
 from kafleet_operator.reading import sidecars, watched
 
@@ -61,3 +67,71 @@ def test_unready_terminating_or_unaddressed_pods_do_not_count(candidate: kopf.Bo
     index (kopf keeps the last entry), so its sidecar was still asked; an empty result
     takes it out."""
     assert asyncio.run(watched.pods(candidate)) == {}
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> sidecars.http_pool.Pool:
+    """The module's state emptied for the test, and its own pool of connections."""
+    pool = sidecars.http_pool.Pool(per_host=sidecars.PARALLEL)
+    monkeypatch.setattr(sidecars, "_connections", pool)
+    monkeypatch.setattr(sidecars, "_silent", {})
+    monkeypatch.setattr(sidecars, "_recent", {})
+    return pool
+
+
+def one_pod(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
+    """The group shop/orders has one ready pod, orders-abc, whose sidecar listens on ``port``."""
+    monkeypatch.setitem(
+        watched._indexes, "pods", {("shop", "orders"): [("127.0.0.1", "orders-abc")]}
+    )
+    monkeypatch.setattr(sidecars, "SIDECAR_URL", f"http://{{pod_ip}}:{port}")
+
+
+def test_kafleets_sidecar_is_read_and_a_connection_it_closes_is_not_kept(
+    monkeypatch: pytest.MonkeyPatch, fresh: sidecars.http_pool.Pool, tmp_path: Path
+) -> None:
+    """Today's sidecar answers HTTP/1.0 and closes: each read costs a connection, none is
+    held open against its two per address."""
+    server = serve(Sidecar(tmp_path / "state.json"), "127.0.0.1", 0)
+    one_pod(monkeypatch, server.server_address[1])
+    try:
+        first = sidecars.read("shop", "orders")
+        monkeypatch.setattr(sidecars, "_recent", {})  # the next pass
+        second = sidecars.read("shop", "orders")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert [r.pod for r in first] == [r.pod for r in second] == ["orders-abc"]
+    assert set(first[0].status) >= {"healthy", "ready", "worker"}
+    assert fresh.opened == 2
+    assert fresh.kept() == 0
+
+
+def test_a_busy_sidecar_is_left_out_and_not_asked_again_for_a_while(
+    monkeypatch: pytest.MonkeyPatch, fresh: sidecars.http_pool.Pool
+) -> None:
+    """A ``503`` (the sidecar's answer when its handlers are taken) is no answer, as before
+    the connections were kept: never guessed from."""
+    busy = socket.create_server(("127.0.0.1", 0))
+    one_pod(monkeypatch, busy.getsockname()[1])
+
+    def answer_busy() -> None:
+        connection, _ = busy.accept()
+        connection.recv(65536)
+        connection.sendall(http_serving.BUSY)
+        connection.close()
+
+    thread = threading.Thread(target=answer_busy, daemon=True)
+    thread.start()
+    try:
+        found = sidecars.read("shop", "orders")
+        thread.join(5)
+        monkeypatch.setattr(sidecars, "_recent", {})
+        again = sidecars.read("shop", "orders")  # not asked: left alone for SILENT_S
+    finally:
+        busy.close()
+
+    assert found == again == []
+    assert "orders-abc" in sidecars._silent
+    assert fresh.opened == 1

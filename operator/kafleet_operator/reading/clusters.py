@@ -14,16 +14,22 @@ requests (``View.read``):
   is asked again after the metadata is), within ``ENDS_S`` of the read's ``TIMEOUT_S``, so a
   dead leader leaves time for the rest; and the log-start offset of the partitions some group
   has not committed yet (what ``auto_offset_reset: earliest`` counts), likewise;
-- each group's committed offsets (``list_consumer_group_offsets``, one group per request as
-  librdkafka allows, all in flight together), asked again while a coordinator moves or loads;
-  a group that had committed everything, on partitions whose log ends have not moved since,
-  is asked only every ``SETTLED_S`` (its committed offsets cannot have moved past the ends,
-  and only a reset moves them back: a group with no worker running, where resets are done, is
-  asked every pass), so a fleet at rest asks half as often as KEDA (15 s);
+- each group's committed offsets (``committed.py``: every group in one call of Kafka's Java
+  admin, one FindCoordinator and one OffsetFetch per coordinator, where the operator was
+  given Kafka's Java client; else one group per request as librdkafka allows, all in flight
+  together), asked again while a coordinator moves or loads; a group that had committed
+  everything, on partitions whose log ends have not moved since, is asked only every
+  ``SETTLED_S`` (its committed offsets cannot have moved past the ends, and only a reset
+  moves them back: a group with no worker running, where resets are done, is asked every
+  pass), so a fleet at rest asks half as often as KEDA (15 s);
 - each share group's start offsets and lags (``Want.share``: a share group commits nothing),
-  every share group in one round through Kafka's Java admin (``share_lag.py``: a JVM started
-  in this process at the first share group, never before), and the log-start offset of the
-  partitions where the broker knows neither (the group has not started there).
+  every share group in one round through Kafka's Java admin (``share_lag.py``), and the
+  log-start offset of the partitions where the broker knows neither (the group has not
+  started there).
+
+The Java admin (``java_admin.py``) is one per view, shared by both; its JVM starts in this
+process at the first read that needs it (a consumer group's committed offsets when the
+classpath is set, a share group's states), never before, and never where no classpath is.
 
 A cluster that cannot be reached, or refuses the credentials, fails its own snapshot; a
 partition whose offsets cannot be read is in the snapshot's ``unreadable`` (its log end) or
@@ -35,26 +41,28 @@ process when an admin client's OffsetFetch answers NOT_COORDINATOR or another er
 for a coordinator refresh (a coordinator moving: a broker restarting, a new offsets topic): it
 asks the client's consumer group, which an admin client does not have, to look the
 coordinator up. So a ``View`` runs in a process of its own (``readers.py``), never in the
-operator's.
+operator's. (Java's admin, where it reads the committed offsets, looks the coordinator up
+again itself.)
 
 Does not own the process (``readers.py``), the values asked and answered (``snapshots.py``:
-``Want``, ``Target``, ``Snapshot``, ``Failure``), what the offsets mean (``lag_reader.py``: a
-group's lag from a snapshot) or where the passwords come from (``credentials.py``).
+``Want``, ``Target``, ``Snapshot``, ``Failure``), how each kind of offset is asked
+(``log_offsets.py``, ``committed.py``, ``share_lag.py``), what the offsets mean
+(``lag_reader.py``: a group's lag from a snapshot) or where the passwords come from
+(``credentials.py``).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from kafleet.config.security import Security
-from kafleet_operator.reading import log_offsets, share_lag
+from kafleet_operator.reading import committed, java_admin, log_offsets, share_lag
 from kafleet_operator.reading.share_lag import ShareState
 from kafleet_operator.reading.snapshots import TP, Failure, Snapshot, Want
 
@@ -62,7 +70,6 @@ TIMEOUT_S = 10.0
 METADATA_TTL_S = 60.0
 METADATA_TRY_S = 2.0  # how often a metadata request gives a reported auth failure a look
 MISSING_S = 10.0  # a topic a group names and the cluster lacks: metadata asked again this often
-RETRY_S = 0.2
 # Of a read's TIMEOUT_S, what the log ends may take, their calls after a leader moved included
 # (``log_offsets.read``): a dead leader costs one call's ``log_offsets.TRY_S``, and the
 # committed offsets keep the rest.
@@ -70,11 +77,6 @@ ENDS_S = 6.0
 SETTLED_S = 60.0  # a caught-up group's committed offsets, unchanged log ends: asked this often
 LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-COORDINATOR_MOVING = {
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-}
 
 
 class View:
@@ -98,8 +100,10 @@ class View:
         # group -> (when its committed offsets were read, the log ends they were all at)
         self._caught_up: dict[str, tuple[float, dict[TP, int]]] = {}
         self.used_at = time.monotonic()
-        # Share groups' reader: its JVM and admin client are made at the first share group.
-        self.shares = share_lag.ShareOffsets(bootstrap, security, share_classpath)
+        # Kafka's Java admin, made at the first read that needs it (its JVM started then).
+        self.java = java_admin.JavaAdmin(bootstrap, security, share_classpath)
+        self.shares = share_lag.ShareOffsets(bootstrap, security, share_classpath, self.java)
+        self.committed = committed.CommittedOffsets(self.admin, self.java)
 
     def _on_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._AUTHENTICATION:
@@ -170,7 +174,7 @@ class View:
         # Asked even where the metadata shows no offsets topic: a principal that may not
         # describe it (consumer ACLs, MSK IAM) does not see it, and its groups have commits.
         asked = self._settled(watched, ends, snapshot, unsettled)
-        self._committed(asked, snapshot, deadline)
+        snapshot.committed.update(self.committed.read(asked, deadline))
         self._remember(asked, ends, snapshot)
         unstarted = self._shares(share_watched, snapshot, deadline)
         uncommitted = sorted(
@@ -257,49 +261,3 @@ class View:
         found, failed = log_offsets.read(self.admin, tps, spec, until, self._leaders, self.refresh)
         failures.update(failed)
         return found
-
-    def _committed(self, watched: dict[str, list[TP]], snapshot: Snapshot, deadline: float) -> None:
-        """Every group's committed offsets, all groups in flight together; a group whose
-        coordinator moves or loads is asked again until the deadline."""
-        pending = dict(watched)
-        while pending:
-            futures = {group: self._ask(group, tps, deadline) for group, tps in pending.items()}
-            pending = {}
-            for group, future in futures.items():
-                try:
-                    answer = future.result(timeout=max(0.1, deadline - time.monotonic()))
-                except concurrent.futures.TimeoutError:
-                    text = "no committed offsets in time"
-                    snapshot.committed[group] = Failure(KafkaError._TIMED_OUT, text)
-                    continue
-                except KafkaException as exc:
-                    code = exc.args[0].code() if exc.args else None
-                    if code in COORDINATOR_MOVING and time.monotonic() + RETRY_S < deadline:
-                        pending[group] = watched[group]
-                    snapshot.committed[group] = Failure.of(exc)
-                    continue
-                snapshot.committed[group] = _offsets_of(watched[group], answer.topic_partitions)
-            if pending:
-                time.sleep(RETRY_S)
-
-    def _ask(self, group: str, tps: list[TP], deadline: float) -> concurrent.futures.Future[Any]:
-        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])]
-        timeout = max(0.1, deadline - time.monotonic())
-        return self.admin.list_consumer_group_offsets(request, request_timeout=timeout)[group]
-
-
-def _offsets_of(
-    asked: list[TP], answer: list[TopicPartition] | None
-) -> dict[TP, int | None] | Failure:
-    """A group's committed offsets as answered (None: no commit there), or the failure of the
-    first partition answered with an error or not answered at all (taken as no commit, it
-    would count as 0 with ``scale_to_zero_on_invalid_offset``: a smaller lag, not an unknown)."""
-    found: dict[TP, int | None] = {}
-    for tp in answer or []:
-        if tp.error is not None:
-            return Failure.of(KafkaException(tp.error))
-        found[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
-    for t, p in asked:
-        if (t, p) not in found:
-            return Failure(KafkaError._BAD_MSG, f"no committed offset answered for {t}[{p}]")
-    return found

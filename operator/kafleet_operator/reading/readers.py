@@ -2,14 +2,14 @@
 
 Owns: one child process per distinct Kafka connection (``snapshots.Target.key``), started
 with ``spawn`` (never a fork of the operator's threads), holding that cluster's
-``clusters.View`` (its one admin client, its metadata cache; and, once a share group reads
-there, a JVM with Kafka's Java admin, ``share_lag.py``, on the classpath that
-``KAFLEET_SHARE__CLASSPATH`` names as the child starts) for as long as groups read there; a
-read sent over a pipe and its snapshot sent back (errors as ``snapshots.Failure``:
-librdkafka's do not pickle); and what happens when the child dies (librdkafka#5040, see
-``clusters.py``) or does not answer within the read's timeout: the read fails with a
-message that says so, the child is stopped, and the next read starts a new one. A child
-exits when the operator does (its pipe closes).
+``clusters.View`` (its one admin client, its metadata cache; and, where
+``KAFLEET_SHARE__CLASSPATH`` names Kafka's Java client as the child starts, a JVM with Kafka's
+Java admin from the first read on, ``java_admin.py``: about 90 MB more) for as long as groups
+read there; a read sent over a pipe and its snapshot sent back (errors as
+``snapshots.Failure``: librdkafka's do not pickle); and what happens when the child dies
+(librdkafka#5040, see ``clusters.py``) or does not answer within the read's timeout: the read
+fails with a message that says so, the child is stopped, and the next read starts a new one.
+A child exits when the operator does (its pipe closes).
 
 ``Readers`` keeps them by connection: one no group has read for ``IDLE_S`` is stopped, as is
 one whose credentials Kafka refused (the next read connects with what the Secrets say then).
@@ -29,7 +29,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from kafleet.config.security import Security
-from kafleet_operator.reading import clusters, share_lag, snapshots
+from kafleet_operator.reading import clusters, java_admin, snapshots
 
 log = logging.getLogger("kafleet.operator")
 
@@ -90,7 +90,7 @@ class Reader:
         ours, theirs = _context.Pipe()
         self.process = _context.Process(
             target=serve,
-            args=(theirs, self.bootstrap, self.security, share_lag.classpath()),
+            args=(theirs, self.bootstrap, self.security, java_admin.classpath()),
             name=f"kafleet-kafka {self.bootstrap}",
             daemon=True,
         )

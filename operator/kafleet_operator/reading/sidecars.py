@@ -2,10 +2,13 @@
 
 Owns: the URL of a pod's sidecar (an IPv6 address in brackets), and asking the sidecars of a
 group's pods that count (Ready, not terminating: ``watched.py`` keeps them from the operator's
-watch of the pods, no list per pass) on one small pool shared by every group, with a short
-timeout. A sidecar that does not answer is left out, never guessed, and not asked again for
-a while (doubling), so a hung or unreachable pod costs the other groups nothing. The
-autoscaler and the tuner of one pass share one round of asking.
+watch of the pods, no list per pass) on one small pool of threads shared by every group, over
+kept-alive connections where the sidecar keeps them (``http_pool.py``: one pool of them per
+process, at most one per thread to a sidecar; kafleet's sidecar answers HTTP/1.0 and closes
+each connection today, so each ask still opens one), with a short timeout. A sidecar that
+does not answer, or answers anything but a 2xx (a busy sidecar's ``503``, too), is left out,
+never guessed, and not asked again for a while (doubling), so a hung or unreachable pod costs
+the other groups nothing. The autoscaler and the tuner of one pass share one round of asking.
 
 Does not own what the figures mean (``tuner.py``, ``autoscaler.py``) or the sidecar itself
 (``kafleet.sidecar.server``).
@@ -14,17 +17,17 @@ Does not own what the figures mean (``tuner.py``, ``autoscaler.py``) or the side
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import ipaddress
 import json
 import logging
 import os
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from kafleet_operator.reading import watched
+from kafleet_operator.reading import http_pool, watched
 
 log = logging.getLogger("kafleet.operator")
 # `kafleet operator --sidecar-url` sets this (before this module loads).
@@ -35,6 +38,7 @@ SILENT_S, SILENT_MAX_S = 15.0, 300.0  # a pod that did not answer is left alone 
 DEADLINE_S = 2 * TIMEOUT_S + 0.5  # a group waits this long for its sidecars, at most
 FRESH_S = 1.0  # the autoscaler and the tuner of one pass share one round of asking
 _pool = concurrent.futures.ThreadPoolExecutor(PARALLEL, "kafleet-sidecars")
+_connections = http_pool.Pool(per_host=PARALLEL)
 _lock = threading.Lock()
 _silent: dict[str, tuple[float, int]] = {}  # pod -> (not asked before, failures in a row)
 _recent: dict[tuple[str, str], tuple[float, list[Report]]] = {}
@@ -67,9 +71,11 @@ def url(pod_ip: str, pod: str, template: str = "") -> str:
 
 def _fetch(base: str, pod: str) -> Report | None:
     try:
-        with urllib.request.urlopen(base + "/status", timeout=TIMEOUT_S) as answer:
-            body = json.load(answer)
-    except (OSError, ValueError) as exc:
+        answer = _connections.get(base + "/status", TIMEOUT_S)
+        if not 200 <= answer.status < 300:
+            raise ValueError(f"HTTP {answer.status}: {answer.body[:80]!r}")
+        body = json.loads(answer.body)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         log.debug("sidecar of %s did not answer: %s", pod, exc)
         with _lock:
             tries = _silent.get(pod, (0.0, 0))[1] + 1
@@ -104,10 +110,13 @@ def read(namespace: str, name: str) -> list[Report]:
     global _swept
     with _lock:
         _recent[(namespace, name)] = (now, answers)
-        if now - _swept > FRESH_S:  # once a second, not once a group: a sweep visits them all
+        sweep = now - _swept > FRESH_S  # once a second, not once a group: a sweep visits all
+        if sweep:
             _swept = now
             for key in [k for k, (at, _) in _recent.items() if now - at > FRESH_S]:
                 del _recent[key]
             for pod in [p for p, (until, _) in _silent.items() if until + SILENT_MAX_S < now]:
                 del _silent[pod]
+    if sweep:
+        _connections.sweep()  # the connections of pods no longer asked
     return answers
