@@ -281,10 +281,12 @@ def test_the_service_monitors_scrape_the_operator_and_the_workers_with_the_label
 
 def notes(k8s: K8s, *sets: str) -> str:
     """The NOTES helm prints after an install (a client-side dry run: helm asks the apiserver
-    its version, nothing else; ``helm template`` does not render NOTES)."""
+    its version and whether the objects it would own already exist; ``helm template`` does not
+    render NOTES). Without the CRD: other tests apply it with kubectl, and helm refuses to adopt
+    an object it does not own."""
     done = _helm(
         "install", "kafleet", str(CHART), "-n", "ops", "--dry-run=client",
-        "--kubeconfig", str(k8s.kubeconfig), *sets,
+        "--kubeconfig", str(k8s.kubeconfig), "--set", "crds.install=false", *sets,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout.partition("NOTES:")[2]
