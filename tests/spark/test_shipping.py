@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any, NamedTuple
+from unittest.mock import MagicMock
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import Message, TopicPartition
 from pydantic import BaseModel
 
 from kafleet.config.queue_bounds import QueueBounds
 from kafleet.engine.offsets import OffsetTracker
+from kafleet.engine.rebalance import Rebalance
 from kafleet.engine.record import Record
 from kafleet.engine.runs import Chunk, Run
 from kafleet.engine.work_queue import WorkQueues
@@ -189,6 +192,37 @@ def test_a_revoke_writes_the_ready_results_at_once_and_waits_for_them(
     assert [r.offset for b in sink.batches for r in b.records] == list(range(7))
     assert committable(offsets) == 7
     assert queues.snapshot()[TP]["held"] == 0
+
+
+class SlowSink(MemorySink):
+    def write(self, prepared: list[Batch]) -> None:
+        time.sleep(0.4)
+        super().write(prepared)
+
+
+def test_a_revoke_waits_for_the_sinks_write_by_the_sinks_write_time_not_the_handlers(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    """Handlers of 1 ms, writes of 0.4 s: a revoke bounded by the handler's p99 would return
+    while the write runs, and it would land beside the next owner's (Delta fails one)."""
+    offsets, queues = parts
+    sink = SlowSink()
+    shipper = ship(sink, parts, linger_s=3600)
+    handle(shipper, offsets, *range(3))
+    assert shipper.drain([TP], timeout=5)  # one write timed: the sink's recent p99 is 0.4 s
+    shipper.assign([TP])
+    handle(shipper, offsets, *range(3, 6))
+    poller = MagicMock(closing=False, shipper=shipper, assigned={TP}, queues=queues)
+    poller.config.effective_revoke_policy = "wait"
+    poller.config.drain_timeout_s = 10.0
+    poller.config.guarantee = "exactly-once"
+    rebalance = Rebalance(poller, lambda: 0.001)
+
+    rebalance.on_revoke(MagicMock(), [TopicPartition(*TP)])
+    shipper.stop()
+
+    assert [r.offset for b in sink.batches for r in b.records] == list(range(6))
+    assert committable(offsets) == 6
 
 
 def test_waiting_results_count_against_the_partitions_queue_bound(

@@ -50,6 +50,8 @@ class ResultShipper(Protocol):
 
     def drain(self, tps: list[TP], timeout: float) -> bool: ...
 
+    def recent_write_p99(self) -> float | None: ...
+
     def remove(self, tps: Iterable[TP]) -> None: ...
 
     def close_intake(self) -> None: ...
@@ -123,11 +125,13 @@ class Rebalance:
         unstarted = p.queues.never_started(tps)
         dropped = p.queues.close_partitions(tps)
         held = p.hold.drop(tps)
-        wait = self._revoke_wait()
+        wait = self._revoke_wait(self._handler_p99())
         drained = p.queues.wait_idle(tps, timeout=wait)
         if p.shipper is not None:  # write what is done, so the next owner need not redo it
-            remaining = max(0.0, started + wait - time.monotonic())
-            drained = p.shipper.drain(tps, remaining) and drained
+            # bounded by the sink's own recent write time, not the handler's: a write still
+            # running when the revoke returns lands beside the next owner's and fails it
+            sink_wait = self._revoke_wait(p.shipper.recent_write_p99())
+            drained = p.shipper.drain(tps, sink_wait) and drained
         if p.config.guarantee == "at-most-once":
             rewinds = _unstarted_rewinds(tps, unstarted, held)
             committed = p.committer.commit_exactly(rewinds)
@@ -150,19 +154,19 @@ class Rebalance:
             committed,
         )
 
-    def _revoke_wait(self) -> float:
-        """How long a revoke waits for the revoked partitions' in-flight records (librdkafka
-        fetches nothing for any partition meanwhile). ``abandon``: not at all; their results
-        are ignored when they end (the queues know the run is no longer current). ``wait``:
-        up to ``drain_timeout_s``, and no longer than a few times the recent p99 handler
-        latency, so one hung record does not hold the whole worker's fetching."""
+    def _revoke_wait(self, p99: float | None) -> float:
+        """How long a revoke waits for the revoked partitions' in-flight records, then again
+        for their sink writes (librdkafka fetches nothing for any partition meanwhile).
+        ``abandon``: not at all; their results are ignored when they end (the queues know the
+        run is no longer current). ``wait``: up to ``drain_timeout_s``, and no longer than a
+        few times the recent p99 latency (``p99``: the handler's, then the sink's writes), so
+        one hung record or write does not hold the whole worker's fetching."""
         p = self.poller
         deadline = p.drain_deadline
         if p.closing and deadline is not None and time.monotonic() >= deadline:
             return 0.0
         if p.config.effective_revoke_policy == "abandon":
             return 0.0
-        p99 = self._handler_p99()
         if p99 is None:
             return p.config.drain_timeout_s
         return min(p.config.drain_timeout_s, max(REVOKE_WAIT_FLOOR_S, REVOKE_WAIT_P99S * p99))

@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,6 +38,7 @@ from kafleet.spark.batcher import Batch, BatchBounds, PartitionResults, Row
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.02  # how often a writer looks for due batches when nothing woke it
+RECENT_WRITES = 64  # the write times a revoke's wait for the sink is judged by
 
 
 class BatchWriter(Protocol):
@@ -96,6 +98,7 @@ class Shipper:
             threading.Thread(target=self._work, name=f"kafleet-shipper-{i}", daemon=True)
             for i in range(writers)
         ]
+        self._write_seconds: deque[float] = deque(maxlen=RECENT_WRITES)
         self.failing_since: float | None = None  # epoch seconds of the first failed attempt
         self.last_error: str | None = None
 
@@ -144,6 +147,11 @@ class Shipper:
                     return False
                 self._cond.wait(min(remaining, IDLE_WAIT_S))
         return True
+
+    def recent_write_p99(self) -> float | None:
+        """The p99 of the last RECENT_WRITES successful writes' seconds (None before one)."""
+        recent = sorted(self._write_seconds)
+        return recent[int(len(recent) * 0.99)] if recent else None
 
     def remove(self, tps: Iterable[TP]) -> None:
         """Forget partitions (revoked or lost): their waiting results are dropped."""
@@ -286,6 +294,7 @@ class Shipper:
     def _succeeded(self, batches: list[Batch], seconds: float) -> None:
         rows = sum(b.row_count for b in batches)
         self.stats.observe_write(seconds, sum(len(b) for b in batches), rows)
+        self._write_seconds.append(seconds)
         if self.failing_since is not None:
             log.info("the sink recovered: %s written", _describe(batches))
         self.failing_since = None
