@@ -105,7 +105,9 @@ async def groups(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, A
 async def start_observing(memo: kopf.Memo, **kwargs: Any) -> None:
     watched.bind(**{name: kwargs[name] for name in ("deployments", "config_maps", "pods")})
     groups = kwargs["groups"]  # the index above
-    pass_ = periodic.run(groups, observe, lag_source.target, INTERVAL_S, observed=observed)
+    pass_ = periodic.run(
+        groups, observe, lag_source.target, INTERVAL_S, observed=observed, kept=held
+    )
     memo["observing"] = asyncio.get_running_loop().create_task(pass_)
 
 
@@ -168,12 +170,19 @@ class LedDiffBase(kopf.AnnotationsDiffBaseStorage):
 
 def observed(body: Mapping[str, Any]) -> bool:
     """Whether the periodic pass observes the group: kopf has handed it over and this pod leads
-    its shard (another pod's groups are forgotten here, their metrics with them)."""
+    its shard (another pod's groups are forgotten here, their metrics with them; a group of a
+    shard still held, whose renewal is late, is only passed over: ``held``)."""
     uid = str(body["metadata"]["uid"])
-    if not leadership.owns_body(body):
+    if not leadership.holds_body(body):
         applying.reconciled.discard(uid)
         return False
-    return uid in applying.listed
+    return leadership.owns_body(body) and uid in applying.listed
+
+
+def held(body: Mapping[str, Any]) -> bool:
+    """Whether the pass keeps its memory of a group it does not observe now: its shard is still
+    this pod's, a renewal late (a slow API server), so its series and windows stay."""
+    return leadership.holds_body(body)
 
 
 def observe(body: Mapping[str, Any], memo: dict[str, Any]) -> None:

@@ -119,6 +119,26 @@ def test_no_pod_leads_under_a_new_shard_count_while_a_lease_of_the_old_lives(
     assert new.led == frozenset(range(8))
 
 
+def test_a_pod_whose_renewals_are_late_stops_writing_keeps_its_groups_and_leads_again_after(
+    pods: tuple[Elector, Elector, Clock],
+) -> None:
+    """A slow API server: no step of ``a`` for longer than the renew deadline. It owns (may
+    write) nothing then, but holds its groups (keeps their memory and series) until the Lease's
+    duration, before which no other pod may lead them. Alone, it leads again at its next step
+    (it stood down for good before)."""
+    a, _, clock = pods
+    _steps(clock, a)
+    assert a.owns("team", "orders")
+    assert a.holds("team", "orders")
+    clock.now += TIMING.renew_deadline_s
+    assert not a.owns("team", "orders")
+    assert a.holds("team", "orders")
+    clock.now += TIMING.duration_s - TIMING.renew_deadline_s
+    assert not a.holds("team", "orders")
+    _steps(clock, a)  # the Lease still its own: renewed at last
+    assert a.owns("team", "orders")
+
+
 def _one_group_per_shard(count: int) -> list[tuple[str, str]]:
     found: dict[int, tuple[str, str]] = {}
     for i in range(10_000):
@@ -153,6 +173,8 @@ def test_under_stalls_kills_restarts_and_leaves_no_group_is_ever_owned_by_two_po
             electors[identity].step()
             owners = [[i for i in pods if electors[i].owns(*g)] for g in groups]
             assert all(len(o) <= 1 for o in owners), f"two owners at {clock.now}: {owners}"
+            holders = [[i for i in pods if electors[i].holds(*g)] for g in groups]
+            assert all(len(h) <= 1 for h in holders), f"two holders at {clock.now}: {holders}"
         fate = rng.random()
         victim = rng.choice(sorted(pods))
         if fate < 0.05:

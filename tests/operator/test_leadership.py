@@ -3,10 +3,13 @@
 shards every group is owned; a group of a shard not led is never written (the fence); a leaving
 pod gives its Leases back only once its writes under way have ended, and writes nothing after;
 kopf's last-handled configuration is stored only by the group's leader; the periodic pass
-forgets the groups of shards it does not lead."""
+forgets the groups of shards it does not lead, and passes over, without forgetting, those of
+a shard whose renewal is late."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +19,7 @@ import kopf
 import pytest
 
 from kafleet_operator import handlers
-from kafleet_operator.reconcile import applying, leadership
+from kafleet_operator.reconcile import applying, leadership, periodic
 
 
 class Edge:
@@ -24,11 +27,15 @@ class Edge:
 
     def __init__(self, *led: str) -> None:
         self.led = set(led)
+        self.late: set[str] = set()  # led, but a renewal is late: held, not owned
         self.released_at: float | None = None
         self.timing = None
         self.count = 2
 
     def owns(self, namespace: str, name: str) -> bool:
+        return name in self.led and name not in self.late
+
+    def holds(self, namespace: str, name: str) -> bool:
         return name in self.led
 
     def step(self) -> None:
@@ -112,6 +119,22 @@ def test_the_pass_observes_only_the_groups_of_shards_led_and_handed_over_by_kopf
         applying.reconciled.clear()
 
 
+def test_a_group_of_a_shard_whose_renewal_is_late_is_passed_over_but_not_forgotten(
+    edge: Edge,
+) -> None:
+    applying.listed.add("u-mine")
+    applying.reconciled.add("u-mine")
+    edge.late.add("mine")
+    try:
+        assert not handlers.observed(group("mine", "u-mine"))  # no write while late
+        assert handlers.held(group("mine", "u-mine"))  # its memory and series are kept
+        assert "u-mine" in applying.reconciled  # not adopted again once renewed
+        assert not handlers.held(group("theirs", "u-theirs"))
+    finally:
+        applying.listed.clear()
+        applying.reconciled.clear()
+
+
 def test_a_group_whose_generation_was_applied_is_adopted_without_a_write(edge: Edge) -> None:
     body = group("mine", "u-adopted", appliedGeneration=1)
     applying.adopt(body)  # no API server here: a write would fail
@@ -119,3 +142,47 @@ def test_a_group_whose_generation_was_applied_is_adopted_without_a_write(edge: E
         assert "u-adopted" in applying.reconciled
     finally:
         applying.reconciled.clear()
+
+
+class Series:
+    """A group's metric series, as a memo holds them: closed when the memory is forgotten."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_pass_keeps_the_memory_of_a_held_group_and_forgets_the_others() -> None:
+    bodies = [group(name, f"u-{name}") for name in ("led", "late", "gone")]
+    state = {"led": True, "late": False, "gone": False}  # observed now?
+    series: dict[str, Series] = {}
+
+    def observe(body: Any, memo: dict[str, Any]) -> None:
+        series.setdefault(body["metadata"]["name"], memo.setdefault("series", Series()))
+
+    async def two_passes() -> None:
+        run = asyncio.ensure_future(
+            periodic.run(
+                {"all": bodies},
+                observe,
+                lambda body, memo: None,  # no Kafka to read
+                interval_s=0.05,
+                observed=lambda body: state[body["metadata"]["name"]],
+                kept=lambda body: body["metadata"]["name"] == "late",
+            )
+        )
+        await asyncio.sleep(0.3)
+        state.update(late=True, gone=True)  # every group observed once
+        await asyncio.sleep(0.3)
+        state.update(late=False, gone=False)  # then one late, one led elsewhere
+        await asyncio.sleep(0.3)
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+
+    asyncio.run(two_passes())
+    assert not series["led"].closed
+    assert not series["late"].closed
+    assert series["gone"].closed

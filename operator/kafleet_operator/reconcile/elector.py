@@ -79,6 +79,16 @@ class Elector:
         fresh = renewed is not None and self._clock() - renewed < self.timing.renew_deadline_s
         return shard in self._led and fresh
 
+    def holds(self, namespace: str, name: str) -> bool:
+        """Whether the group's shard is led and was renewed within the Lease's duration: a pod
+        whose renewals are late (a slow API server) stops writing at the renew deadline
+        (``owns``), but no other pod may lead the shard before the duration has passed, so it
+        keeps its memory of the group (its metric series) until then, and no longer."""
+        shard = shards.shard_of(namespace, name, self.count)
+        renewed = self._renewed.get(shard)
+        fresh = renewed is not None and self._clock() - renewed < self.timing.duration_s
+        return shard in self._led and fresh
+
     # -- one step -------------------------------------------------------------------------
 
     def step(self) -> None:
@@ -93,11 +103,11 @@ class Elector:
             self._observed[name] = leases.seen(self._observed.get(name), _record(lease), now)
         for gone in set(self._observed) - set(found):
             self._observed[gone] = leases.seen(self._observed.get(gone), None, now)
-        self._write(self._member_name(), self._observed.get(self._member_name()), now)
-        self._sweep(now)
         live = [name for name, seen in self._observed.items() if self._lives(seen, now)]
         members = sum(1 for name in live if name.startswith(self._member_prefix()))
-        share = math.ceil(self.count / max(1, members))
+        if self._member_name() not in live:
+            members += 1  # this pod, whose member Lease is written after its shards' below
+        share = math.ceil(self.count / members)
         shard_leases = [name for name in live if shards.parse_lease_name(name, self.prefix)]
         allowed = shards.may_lead(self.count, shard_leases, self.prefix)
         led = {s for s in self._led if allowed}
@@ -105,9 +115,17 @@ class Elector:
             name = shards.lease_name(shard, self.count, self.prefix)
             seen = self._observed.get(name, Observed(None, now))
             action = leases.decide(self.identity, seen, now, self.timing, self._renewed.get(shard))
+            if action == "stand-down":
+                # Late past the renew deadline: it has written nothing since (``owns``). The
+                # Lease, read just now, is still its own, so it renews it, its resourceVersion
+                # deciding against a pod taking it over at the same time; a pod alone would
+                # otherwise stand down for good, and no one would lead the shard again.
+                self._renewed.pop(shard, None)
+                action = leases.decide(self.identity, seen, now, self.timing, None)
             wanted = action == "renew" or (action == "acquire" and len(led) < share)
+            writing = self._clock()  # the others count the duration from after the write
             if allowed and wanted and self._write(name, seen, now):
-                self._renewed[shard] = now
+                self._renewed[shard] = writing
                 led.add(shard)
             else:  # another's, over this pod's share, or a write that lost: not led
                 led.discard(shard)
@@ -115,6 +133,9 @@ class Elector:
             self._release(extra)
             led.discard(extra)
         self._publish(frozenset(led))
+        # The shards first: under a slow API server, their renewals are what must not be late.
+        self._write(self._member_name(), self._observed.get(self._member_name()), now)
+        self._sweep(now)
 
     def _lives(self, seen: Observed, now: float) -> bool:
         record = seen.record

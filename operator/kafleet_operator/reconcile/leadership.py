@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -57,6 +58,20 @@ def owns(namespace: str, name: str) -> bool:
         return False
     elector = _elector
     return elector is None or elector.owns(namespace, name)
+
+
+def holds(namespace: str, name: str) -> bool:
+    """Whether this pod held the group's shard at its last step, even if a renewal is late
+    (``owns`` is then False: no write): its memory of the group is kept meanwhile."""
+    if _left:
+        return False
+    elector = _elector
+    return elector is None or elector.holds(namespace, name)
+
+
+def holds_body(body: Mapping[str, Any]) -> bool:
+    meta = body.get("metadata") or {}
+    return holds(str(meta.get("namespace")), str(meta.get("name")))
 
 
 def owns_body(body: Mapping[str, Any]) -> bool:
@@ -109,7 +124,11 @@ def _step(elector: Elector) -> None:
 
 
 def _keep(elector: Elector, retry_s: float) -> None:
-    while not _stopping.wait(retry_s):
+    """A step every ``retry_s`` from the start of the last, not ``retry_s`` after its end: steps
+    slowed by the API server must not space renewals past the renew deadline."""
+    started = time.monotonic()
+    while not _stopping.wait(max(0.0, started + retry_s - time.monotonic())):
+        started = time.monotonic()
         _step(elector)
 
 

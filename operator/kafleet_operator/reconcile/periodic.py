@@ -127,10 +127,12 @@ async def run(
     workers: int = 2,
     reader_threads: int = 16,
     observed: Callable[[Body], bool] = lambda body: True,
+    kept: Callable[[Body], bool] = lambda body: False,
 ) -> None:
     """Observe every group of the ``groups`` index every ``interval_s`` until cancelled: those
-    ``observed`` says yes to (the memory of the others is forgotten). ``reader_threads``:
-    clusters read at once (a thread waits on each; made as needed)."""
+    ``observed`` says yes to; the memory of the others is forgotten, but for those ``kept``
+    says yes to (passed over this time only). ``reader_threads``: clusters read at once (a
+    thread waits on each; made as needed)."""
     loop = asyncio.get_running_loop()
     state = Pass(observe, workers, reader_threads)
     try:
@@ -142,6 +144,8 @@ async def run(
                 for body in list(store):
                     uid = str(body["metadata"]["uid"])
                     if not observed(body):
+                        if kept(body):
+                            seen.add(uid)
                         continue
                     seen.add(uid)
                     if not state.busy(uid):
