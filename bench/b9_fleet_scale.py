@@ -11,22 +11,23 @@ own Kafka group id) committed at its topic's log end (``fleet_scale_kafka.py``);
 plane with kwok nodes big enough for every pod (none runs: kwok marks them Running and Ready).
 
 kafleet (interval 5 s, its calls to sidecars answered by ``FakeSidecars``; autoscaling 1..8 at
-``lag_per_replica`` 100, ``scale_up_max_pods`` 8, defaults otherwise): the groups are applied
-once, server-side in chunks, under the first configuration's operators, timed from the apply
-until every group is Ready; then each configuration's processes are started anew
-(``fleet_scale_shards.py``; applying 10,000 groups, their Deployments and pods per
-configuration would take hours on two cores), timed from their start until every shard is led,
-no process leads more than its share and every group had a pass by the process leading it. Then
-(``fleet_scale_run.py``) 30 s to rest, a window at rest: the processes from /proc (CPU summed,
-RSS, threads and connections to the broker summed and the largest process's), the broker's
-requests (JMX), the apiserver's requests (its /metrics, Leases and nodes left out) and the
-operators' own Lease writes (a watch); then the lag step and, per group, the time to the
-decision (the ConsumerGroup's ``spec.replicas``) and to its Deployment's 8 replicas; then the
-stepped groups back at lag 0 and 1 replica before the processes stop, so the next configuration
-starts at rest. KEDA: ``fleet_scale_keda.py``, timed from the ScaledObjects' apply.
+``lag_per_replica`` 100, ``scale_up_max_pods`` 8, defaults otherwise), each configuration in a
+namespace of its own: its processes started (``fleet_scale_shards.py``) and every shard led,
+then the groups applied server-side in chunks and timed until every one is Ready. A restart of
+operators that find thousands of groups already there is no way to switch configurations: kopf
+holds every handler until its index of the groups is complete, and at 3,000 groups a restarted
+operator had made no pass after 8 minutes (``KAFLEET_B9_RESTART_S`` times that restart, after
+each configuration's step). Then (``fleet_scale_run.py``) 30 s to rest, a window at rest: the
+processes from /proc (CPU summed, RSS, threads and connections to the broker summed and the
+largest process's), the broker's requests (JMX), the apiserver's requests (its /metrics, Leases
+and nodes left out) and the operators' own Lease writes (a watch); then the lag step and, per
+group, the time to the decision (the ConsumerGroup's ``spec.replicas``) and to its Deployment's
+8 replicas; then the stepped groups' offsets back at the log end (every configuration's groups
+are the same Kafka groups), and the namespace deleted, timed, before the next configuration.
+KEDA: ``fleet_scale_keda.py``, timed from the ScaledObjects' apply.
 
-The lag step: 2,000 records into every partition-set of whole topics, as many as hold at least
-10 groups (``KAFLEET_B9_STEP_GROUPS``): with a topic a group, 10 random topics, as B9 always
+The lag step: 2,000 records (250 a partition) into each of as many random whole topics as hold
+at least 10 groups (``KAFLEET_B9_STEP_GROUPS``): with a topic a group, 10 topics, as B9 always
 had; with ten groups a topic, one random topic, whose 10 groups all see a lag of 2,000 (every
 group of a topic sees its records). Either way 10 groups go from 1 to 8 replicas on a lag of
 2,000 each, so the step is the same size at every N, and every group that sees lag is measured.
@@ -94,90 +95,77 @@ class _Groups:
     apps: kubernetes.client.AppsV1Api
     ns: str
 
-    def listed(self) -> list[dict[str, Any]]:
-        found = cast(dict[str, Any], self.custom.list_namespaced_custom_object(*self._kind))
-        return list(found["items"])
-
     def ready(self) -> int:
-        return sum(map(figures.ready, self.listed()))
+        found = cast(dict[str, Any], self.custom.list_namespaced_custom_object(*self._kind))
+        return sum(map(figures.ready, found["items"]))
 
     def read(self, name: str) -> tuple[bool, int]:
         """Whether it decided to scale (its ``spec.replicas``), and its Deployment's replicas."""
-        return self._get(name)["spec"].get("replicas", 1) > 1, self._replicas(name)
-
-    def at_lag_zero(self, names: list[str]) -> bool:
-        return all((self._get(name).get("status") or {}).get("lag") == 0 for name in names)
-
-    def at_one_replica(self, names: list[str]) -> bool:
-        return all(self._replicas(name) == 1 for name in names)
+        group = cast(dict[str, Any], self.custom.get_namespaced_custom_object(*self._kind, name))
+        deployment = self.apps.read_namespaced_deployment(name, self.ns)
+        return group["spec"].get("replicas", 1) > 1, int(deployment.spec.replicas or 0)
 
     @property
     def _kind(self) -> tuple[str, str, str, str]:
         return "kafleet.io", "v1alpha1", self.ns, "consumergroups"
 
-    def _get(self, name: str) -> dict[str, Any]:
-        return cast(dict[str, Any], self.custom.get_namespaced_custom_object(*self._kind, name))
 
-    def _replicas(self, name: str) -> int:
-        return int(self.apps.read_namespaced_deployment(name, self.ns).spec.replicas or 0)
-
-
-def _kafleet(
-    run: Run, bootstrap: str, configurations: tuple[int, ...], keda_next: bool
-) -> dict[str, Measured]:
-    """Every configuration at ``run``'s N, in the order of the module's docstring; the groups
-    deleted after only if KEDA runs next on this plane."""
+def _kafleet(run: Run, bootstrap: str, plan: Plan, keda_next: bool) -> dict[str, Measured]:
+    """Every configuration at ``run``'s N, in the order of the module's docstring; the last
+    one's groups are left to the plane's stop unless KEDA runs next."""
     found: dict[str, Measured] = {}
+    n = len(run.topics.groups)
+    configurations = plan.configurations(n)
     sidecars = probe.FakeSidecars()
-    with run.namespace("b9-kafleet", delete=keda_next) as ns, ExitStack() as stack:
+    with ExitStack() as stack:
         stack.callback(sidecars.close)
-        custom = kubernetes.client.CustomObjectsApi(run.api)
-        groups = _Groups(custom, kubernetes.client.AppsV1Api(custom.api_client), ns)
-        for i, shards in enumerate(configurations):
-            with ExitStack() as leases:
-                lease_ns = (
-                    leases.enter_context(run.namespace(f"b9-leases-{shards}")) if shards else ""
+        api = run.api
+        for shards in configurations:
+            delete = keda_next or shards != configurations[-1]
+            with ExitStack() as namespaces:
+                ns = namespaces.enter_context(
+                    run.namespace(f"b9-kafleet-{shards}", delete, timeout_s=max(600, n // 5))
                 )
-                operators = Operators(
-                    run.plane, custom.api_client, ns, shards, sidecars.url, lease_ns
-                )
-                found[fleet_scale_plan.label(shards)] = _configuration(
-                    run, bootstrap, groups, operators, cold=i == 0
-                )
+                lease_ns = ""
+                if shards:
+                    lease_ns = namespaces.enter_context(run.namespace(f"b9-leases-{shards}"))
+                groups = _Groups(kubernetes.client.CustomObjectsApi(api),
+                                 kubernetes.client.AppsV1Api(api), ns)  # fmt: skip
+                operators = Operators(run.plane, api, ns, shards, sidecars.url, lease_ns)
+                measured = _configuration(run, bootstrap, groups, operators, plan.restart_s)
+                ended = time.monotonic()
+            if delete:
+                measured.deleted_s = time.monotonic() - ended
+            found[fleet_scale_plan.label(shards)] = measured
     return found
 
 
 def _configuration(
-    run: Run, bootstrap: str, groups: _Groups, operators: Operators, cold: bool
+    run: Run, bootstrap: str, groups: _Groups, operators: Operators, restart_s: float
 ) -> Measured:
-    """One configuration: (``cold``: the groups applied, settled, the operators stopped) the
-    operators started, settled, measured, the stepped groups back at rest, the operators
-    stopped."""
+    """One configuration, in a namespace of its own: the operators started (and every shard
+    led), the groups applied and settled, at rest, the step, the stepped groups' offsets back
+    at the log end (the next configuration's groups are the same Kafka groups); with
+    ``restart_s``, the operators restarted and timed until every group is passed again."""
     names = list(run.topics.groups)
-    measured = Measured(len(names), cold=cold, restarted=True)
-    if cold:
-        manifests = [_group(name, topic, bootstrap) for name, topic in run.topics.groups.items()]
-        operators.start()
-        try:
-            run.apply_and_settle(measured, groups.ns, manifests, groups.ready)
-        finally:
-            operators.stop()
+    measured = Measured(len(names))
+    manifests = [_group(name, topic, bootstrap) for name, topic in run.topics.groups.items()]
     try:
-        started = operators.start()
-        measured.restart_s, measured.passed = figures.settle(
-            len(names), started, lambda: operators.settled(names)
-        )
+        operators.start()
+        waiting.wait_until(operators.balanced, 120, "every shard led, none over its share", 1)
+        run.apply_and_settle(measured, groups.ns, manifests, groups.ready)
         profile_as = f"{fleet_scale_plan.label(operators.shards)}-{len(names)}"
         around = operators.lease_writes(measured)
         run.measure(measured, groups.read, operators.pids, operators.logs, operators.passes,
                     around, profile_as)  # fmt: skip
         measured.shards_led = operators.led()
-        # Back at rest before the next configuration: lag 0 seen, then 1 replica (the scale-down
-        # window would hold 8 replicas for 5 minutes, and scale down inside the next window).
         run.topics.commit_at_end(run.step)
-        waiting.wait_until(lambda: groups.at_lag_zero(run.step), 120, "lag 0 seen", every=1)
-        run.plane.kubectl("scale", "consumergroups", *run.step, "--replicas=1", "-n", groups.ns)
-        waiting.wait_until(lambda: groups.at_one_replica(run.step), 120, "1 replica", every=1)
+        if restart_s:
+            operators.stop()
+            started, measured.restarted = operators.start(), True
+            measured.restart_s, measured.passed = figures.settle(
+                len(names), started, lambda: operators.settled(names), restart_s
+            )
     finally:
         operators.stop()
     return measured
@@ -217,7 +205,7 @@ def _one_size(
             waiting.wait_until(lambda: _established(plane), 60, f"{CRD} established", every=0.5)
             run = Run(plane, topics, jmx, step, step_topics, plan.window_s)
             keda = plan.keda(n) and keda_infra.built() is not None
-            measured = _kafleet(run, ctx.bootstrap, plan.configurations(n), keda)
+            measured = _kafleet(run, ctx.bootstrap, plan, keda)
             if keda:
                 measured["KEDA"] = fleet_scale_keda.measure(run, ctx.bootstrap, IMAGE, PLACEMENT)
         finally:
@@ -294,9 +282,10 @@ def _notes() -> list[str]:
         f"both allowed up to 8 pods per 15 s; the step: {STEP_RECORDS:,} records into each of "
         "its whole topics (10 random ones with a topic a group, 1 with ten), every group on "
         "them measured",
-        "settle: the groups are applied once, under the first configuration (apply -> all "
-        "Ready); each configuration's operators are then started anew (start -> every shard "
-        "led, none over its share, every group passed by its leader)",
+        "settle: each configuration's operators start in an empty namespace of their own, lead "
+        "every shard, then the groups are applied (apply -> all Ready); restart (if measured): "
+        "the operators started again after the step (start -> every shard led, none over its "
+        "share, every group passed by its leader)",
         "a tick is 5 s; CPU, RSS, threads, fds and connections summed over the processes "
         "(KEDA: its operator and adapter), and the largest process's; apiserver requests leave "
         "out watches, Leases and nodes (kwok's node Leases and the operators' alike) and count "

@@ -33,12 +33,13 @@ class Measured:
     """One scaler's figures at one N."""
 
     groups: int
-    settle_s: float | None = None  # from the apply until all Ready (cold: None if not done)
+    settle_s: float | None = None  # from the apply until all Ready (None: it stalled)
     ready: int = 0
     cold: bool = True  # the objects were applied for this scaler (else: only a restart)
-    restart_s: float | None = None  # kafleet: from its operators' start to every group passed
+    restart_s: float | None = None  # kafleet: from its operators' restart to every group passed
     passed: int = 0  # by its leader (restarted: whether that was measured)
     restarted: bool = False
+    deleted_s: float | None = None  # kafleet: its namespace (the groups and all they own) deleted
     window_s: float = 0.0
     cpu_s: float = 0.0  # over the window, all of the scaler's processes
     peak_rss_mib: float = 0.0  # summed over the processes, as are threads, fds, connections
@@ -70,10 +71,13 @@ def ready(obj: dict[str, Any], also: str = "") -> bool:
     return found.get("Ready") == "True" and (not also or also in found)
 
 
-def settle(groups: int, started: float, count: Callable[[], int]) -> tuple[float | None, int]:
+def settle(
+    groups: int, started: float, count: Callable[[], int], stall_s: float = SETTLE_STALL_S
+) -> tuple[float | None, int]:
     """Wait until ``count()`` (the objects Ready, the groups passed) reaches ``groups``, or
-    stalls; the seconds since ``started`` (None if it stalled) and the last count. Polled every
-    2 s, every ``groups`` / 1,000 s past 2,000 (a list of 10,000 groups is not free)."""
+    stays the same for ``stall_s``; the seconds since ``started`` (None if it stalled) and the
+    last count. Polled every 2 s, every ``groups`` / 1,000 s past 2,000 (a list of 10,000 groups
+    is not free)."""
     last, since = -1, time.monotonic()
     while True:
         found = count()
@@ -81,7 +85,7 @@ def settle(groups: int, started: float, count: Callable[[], int]) -> tuple[float
             return time.monotonic() - started, found
         if found != last:
             last, since = found, time.monotonic()
-        elif time.monotonic() - since > SETTLE_STALL_S:
+        elif time.monotonic() - since > stall_s:
             return None, found
         time.sleep(max(2.0, groups / 1000))
 
@@ -182,9 +186,10 @@ def rows(measured: Measured) -> dict[str, float | str | None]:
     restarted = m.restart_s or f"{m.passed}/{n} passed"
     return {
         "settle s (apply -> all Ready)": settled if m.cold else None,
-        "settle s (operators' start -> every group passed by its leader)": (
+        "restart s (operators' start -> every group passed by its leader)": (
             restarted if m.restarted else None
         ),
+        "groups deleted s (their namespace)": m.deleted_s,
         "processes": m.processes,
         "shards led by each process": ", ".join(map(str, m.shards_led)) or None,
         "CPU s per 5 s tick, all processes": m.cpu_s / ticks,

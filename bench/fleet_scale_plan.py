@@ -14,6 +14,9 @@ the variable. Does not own the workload or any measurement (``b9_fleet_scale.py`
     KAFLEET_B9_KEDA=3000           KEDA at the sizes up to this (0: never)
     KAFLEET_B9_WINDOW_S=60         the window at rest (--quick: 30)
     KAFLEET_B9_STEP_GROUPS=10      at least this many groups in the lag step (whole topics)
+    KAFLEET_B9_RESTART_S=900       also restart each configuration's operators after its step
+                                   and time them until every group is passed again, waiting
+                                   up to this long for any progress (default 0: no restart)
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Plan:
     keda_up_to: int = KEDA_UP_TO  # KEDA at sizes up to this; 0: never
     window_s: float = 60.0  # the window at rest
     step_groups: int = 10  # the lag step hits whole topics, at least this many groups
+    restart_s: float = 0.0  # restart kafleet's operators after the step, and wait this long
 
     def __post_init__(self) -> None:
         if not self.sizes or min(self.sizes) < 1:
@@ -68,6 +72,7 @@ class Plan:
             keda_up_to=int(_number("KAFLEET_B9_KEDA", KEDA_UP_TO)),
             window_s=_number("KAFLEET_B9_WINDOW_S", 30.0 if quick else 60.0),
             step_groups=int(_number("KAFLEET_B9_STEP_GROUPS", 10)),
+            restart_s=_number("KAFLEET_B9_RESTART_S", 0.0),
         )
 
     def describe(self) -> str:
@@ -76,7 +81,8 @@ class Plan:
         return (
             f"sizes {','.join(map(str, self.sizes))}; groups a topic {per_topic}; "
             f"shards {shards}; KEDA up to {self.keda_up_to:,} groups; window "
-            f"{self.window_s:g} s; step at least {self.step_groups} groups"
+            f"{self.window_s:g} s; step at least {self.step_groups} groups; restart "
+            + (f"timed, up to {self.restart_s:g} s without progress" if self.restart_s else "no")
         )
 
 

@@ -74,15 +74,15 @@ class Run:
         measured.settle_s, measured.ready = figures.settle(measured.groups, started, ready)
 
     @contextmanager
-    def namespace(self, name: str, delete: bool = True) -> Iterator[str]:
+    def namespace(self, name: str, delete: bool = True, timeout_s: int = 600) -> Iterator[str]:
         """A namespace, deleted after the block (``delete``: if something still runs on this
-        plane; deleting 10,000 groups' objects takes the garbage collector many minutes)."""
+        plane: a plane about to stop need not wait for it)."""
         self.plane.kubectl("create", "namespace", name)
         try:
             yield name
         finally:
             if delete:
-                cleanup(self.plane, "delete", "namespace", name)
+                cleanup(self.plane, "delete", "namespace", name, timeout_s=timeout_s)
 
     def measure(
         self,
@@ -131,10 +131,12 @@ def _profile(pids: dict[str, int], name: str, seconds: float) -> subprocess.Pope
     )  # fmt: skip
 
 
-def cleanup(plane: k8s.ControlPlane, *args: str) -> None:
-    """A kubectl delete after a measurement: waited for up to 10 minutes, and one that takes
+def cleanup(plane: k8s.ControlPlane, *args: str, timeout_s: int = 600) -> None:
+    """A kubectl delete after a measurement: waited for up to ``timeout_s``, and one that takes
     longer (KEDA's finalizers on a thousand ScaledObjects) ends no run: the plane goes next."""
     try:
-        plane.kubectl(*args, "--timeout=600s", check=False, timeout=660)
+        plane.kubectl(*args, f"--timeout={timeout_s}s", check=False, timeout=timeout_s + 60)
     except subprocess.TimeoutExpired:
-        print(f"kubectl {' '.join(args)} was still waiting after 660 s; going on", flush=True)
+        print(
+            f"kubectl {' '.join(args)} still waited after {timeout_s + 60} s; going on", flush=True
+        )

@@ -3,9 +3,10 @@ no Leases) or S processes of ``--shards S``, each leading its share of the shard
 in a namespace of the configuration's own.
 
 Owns: starting them all at once (each with its identity, liveness and metrics ports and log),
-how many groups are settled after a start (``settled``: with every shard led and no process
-over its share, the groups passed at least once by the process that leads their shard; the
-rule of which shard a group is in is the operator's own, ``policy/shards.py``), their passes so
+whether every shard is led with no process over its share (``balanced``), how many groups are
+settled after a restart (``settled``: so balanced, the groups passed at least once by the
+process that leads their shard; the rule of which shard a group is in is the operator's own,
+``policy/shards.py``), their passes so
 far (``passes``), the shards each leads (``led``: its ``kafleet_operator_shards_led``), their
 Lease writes over a window (``lease_writes``: a watch on their Lease namespace, so kwok's node
 Leases stay out), and stopping them all at once (SIGTERM: a leader releases its Leases).
@@ -85,21 +86,21 @@ class Operators:
         started = time.monotonic()
         for i in range(max(1, self.shards)):
             host = kafka_infra.LOOPBACK
-            metrics, liveness = f"{host}:{kafka_infra.free_port()}", kafka_infra.free_port()
+            metrics = f"{host}:{kafka_infra.free_port()}"
+            liveness = f"http://{host}:{kafka_infra.free_port()}/healthz"
             identity = f"b9-{self.shards}-{i}-{int(started) % 100_000}"  # new at every start
             log = self.plane.log_path(f"kafleet-operator-{self.shards}-{i}")
             cmd = [
                 KAFLEET, "operator", "--namespace", self.namespace,
                 "--kubeconfig", str(self.plane.kubeconfig), "--interval-s", f"{TICK_S:g}",
                 "--sidecar-url", self.sidecar_url, "--metrics-address", metrics,
-                "--liveness", f"http://{host}:{liveness}/healthz",
+                "--liveness", liveness,
             ]  # fmt: skip
             if self.shards:
                 cmd += ["--shards", str(self.shards), "--lease-namespace", self.lease_namespace,
                         "--identity", identity]  # fmt: skip
             pid = processes.spawn(cmd, log)
-            url = f"http://{host}:{liveness}/healthz"
-            self.running.append(Process(i, pid, identity, metrics, url, log))
+            self.running.append(Process(i, pid, identity, metrics, liveness, log))
         for process in self.running:
             if why := processes.wait_started(process.pid, process.log, _alive(process), 300):
                 raise RuntimeError(f"kafleet operator {why}; read {process.log}")
@@ -127,12 +128,27 @@ class Operators:
         found = (scrape(p.metrics, "kafleet_operator_shards_led") for p in self.running)
         return [int(sum(v for _, v in samples)) for samples in found]
 
+    def balanced(self) -> bool:
+        """Whether every shard is led by one of the processes, none over its share."""
+        return not self.shards or self._leaders() is not None
+
     def settled(self, groups: list[str]) -> int:
         """How many of ``groups`` the process leading their shard has passed; 0 while a shard
         has no leader of ours or a process leads more than its share."""
         if not self.shards:
             alone = self._passed(self.running[0])
             return sum(name in alone for name in groups)
+        leaders = self._leaders()
+        if leaders is None:
+            return 0
+        passed = {p.identity: self._passed(p) for p in self.running}
+        return sum(
+            name in passed[leaders[shard_rule.shard_of(self.namespace, name, self.shards)].identity]
+            for name in groups
+        )
+
+    def _leaders(self) -> list[Process] | None:
+        """Each shard's leader, if every shard has one of ours and none leads over its share."""
         leases = kubernetes.client.CoordinationV1Api(self.api)
         holders = {
             lease.metadata.name: lease.spec.holder_identity or ""
@@ -144,15 +160,11 @@ class Operators:
         for shard in range(self.shards):
             leader = ours.get(holders.get(shard_rule.lease_name(shard, self.shards), ""))
             if leader is None:
-                return 0
+                return None
             leaders.append(leader)
         if max(map(leaders.count, leaders)) > math.ceil(self.shards / len(self.running)):
-            return 0
-        passed = {p.identity: self._passed(p) for p in self.running}
-        return sum(
-            name in passed[leaders[shard_rule.shard_of(self.namespace, name, self.shards)].identity]
-            for name in groups
-        )
+            return None
+        return leaders
 
     def _passed(self, process: Process) -> set[str]:
         return {
