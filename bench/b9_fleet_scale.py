@@ -282,6 +282,8 @@ def _notes() -> list[str]:
         f"both allowed up to 8 pods per 15 s; the step: {STEP_RECORDS:,} records into each of "
         "its whole topics (10 random ones with a topic a group, 1 with ten), every group on "
         "them measured",
+        "kafleet's operators are given Kafka's Java client (--share-classpath, as the chart's "
+        "kafleet-spark image): committed offsets of every group of a cluster in one call",
         "settle: each configuration's operators start in an empty namespace of their own, lead "
         "every shard, then the groups are applied (apply -> all Ready); restart (if measured): "
         "the operators started again after the step (start -> every shard led, none over its "

@@ -37,6 +37,9 @@ from tests.infra import k8s, processes
 from tests.infra import kafka as kafka_infra
 
 KAFLEET = str(kafka_infra.REPO_ROOT / ".venv" / "bin" / "kafleet")
+# Kafka's Java client (``make share-jars``, part of the test bed): the operator reads many
+# groups' committed offsets a request with it, as with the chart's kafleet-spark image.
+JAVA_CLIENT = kafka_infra.REPO_ROOT / ".cache" / "share-client" / "4.3.1"
 SAMPLE = re.compile(r"^(\w+)(?:\{(.*)\})? (\S+)$", re.M)
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 PASSES = "kafleet_operator_passes_total"
@@ -96,6 +99,9 @@ class Operators:
                 "--sidecar-url", self.sidecar_url, "--metrics-address", metrics,
                 "--liveness", liveness,
             ]  # fmt: skip
+            if not JAVA_CLIENT.is_dir():
+                raise RuntimeError(f"no Kafka Java client in {JAVA_CLIENT}: make share-jars")
+            cmd += ["--share-classpath", f"{JAVA_CLIENT}/*"]
             if self.shards:
                 cmd += ["--shards", str(self.shards), "--lease-namespace", self.lease_namespace,
                         "--identity", identity]  # fmt: skip
