@@ -1,8 +1,8 @@
 """The operator's HTTP client keeps connections alive where the server does, and never longer
 than it should: one connection serves every GET of a server that keeps it; a server that closes
-after each answer (kafleet's sidecar today) costs a new one each time and leaves nothing kept; a
-kept connection the server closed meanwhile is replaced within the same GET; a slow server is
-not asked twice; idle connections are closed after a while and bounded in number."""
+after each answer (HTTP/1.0, ``Connection: close``) costs a new one each time and leaves nothing
+kept; a kept connection the server closed meanwhile is replaced within the same GET; a slow
+server is not asked twice; idle connections are closed after a while and bounded in number."""
 
 from __future__ import annotations
 

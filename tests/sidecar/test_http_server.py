@@ -1,9 +1,11 @@
-"""The sidecar's HTTP server on its own: a silent or slow client cannot hold it, and it answers
-on IPv6 and IPv4 alike; a real ``kafleet sidecar`` process, no worker needed."""
+"""The sidecar's HTTP server on its own: a silent or slow client cannot hold it, it keeps an
+HTTP/1.1 client's connection, and it answers on IPv6 and IPv4 alike; a real ``kafleet sidecar``
+process, no worker needed (its kept-alive connections in detail: ``test_keepalive.py``)."""
 
 from __future__ import annotations
 
 import errno
+import http.client
 import os
 import socket
 import socketserver
@@ -76,6 +78,26 @@ def test_a_client_trickling_its_request_is_cut_off_at_the_deadline(
     slow.close()
 
 
+def test_the_sidecar_answers_a_kept_alive_client_on_one_connection(
+    sidecar: Sidecars, tmp_path: Path
+) -> None:
+    url = sidecar(tmp_path / "state.json")
+    kept = http.client.HTTPConnection("127.0.0.1", port_of(url), timeout=5)
+    answered = []
+    for path in ("/healthz", "/readyz", "/status", "/metrics", "/nowhere"):
+        kept.request("GET", path)
+        response = kept.getresponse()
+        response.read()
+        answered.append((response.status, response.version, response.will_close))
+        if path == "/healthz":
+            first = kept.sock
+
+    assert [status for status, _, _ in answered] == [200, 503, 200, 200, 404]
+    assert {(version, closes) for _, version, closes in answered} == {(11, False)}
+    assert kept.sock is first  # never closed and opened again
+    kept.close()
+
+
 def healthy(url: str) -> bool:
     try:
         return get(url + "/healthz", timeout=2)[0] == 200
@@ -95,7 +117,8 @@ def test_many_silent_clients_cannot_exhaust_the_threads_and_the_rest_are_told_bu
     during = threads_of(pid)
     status, body = get(url + "/healthz", timeout=2)  # two handlers held, eight waiting: full
 
-    assert during <= before <= 2 + 2  # the main thread, the accept loop, the two handlers
+    # The main thread, the accept loop, the parked connections' watcher, the two handlers.
+    assert during <= before <= 3 + 2
     assert (status, body) == (503, "busy: every handler is taken, try again\n")
     # The silent ones are cut off at their deadline (2 s after acceptance; a busy machine
     # may add a little), and the server answers again.
@@ -169,6 +192,6 @@ def test_one_clients_idle_connections_do_not_starve_the_kubelets_probes(
     probe.sendall(b"GET /healthz HTTP/1.0\r\nHost: sidecar\r\n\r\n")
     answer = probe.recv(200).decode()
 
-    assert answer.startswith("HTTP/1.0 200"), answer
+    assert answer.startswith("HTTP/1.1 200"), answer  # an HTTP/1.0 request, answered
     for client in [probe, *idle]:
         client.close()

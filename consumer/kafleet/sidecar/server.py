@@ -4,8 +4,9 @@ Owns: what the HTTP server answers (``/healthz``, ``/readyz``, ``/metrics``, ``/
 reading the worker's state file (see ``state_file.py`` for why a file) and feeding each
 partition's lag window every second. A separate process, so it answers when the worker hangs,
 crashes or has not started. The judgements are pure functions elsewhere: ``assessment.py``
-(live, ready), ``lag.py`` (Burrow-style status), ``collector.py``; the server's bounds and its
-dual-stack socket are ``http_serving.py``'s; the command line is ``command.py``'s.
+(live, ready), ``lag.py`` (Burrow-style status), ``collector.py``; the server's bounds, its
+kept-alive connections and its dual-stack socket are ``http_serving.py``'s (idle connections:
+``keepalive.py``); the command line is ``command.py``'s.
 
 - ``GET /healthz``: 200 or 503, a plain-text body saying which check fails and since when.
 - ``GET /readyz``: 200 or 503 with the reason.
@@ -159,6 +160,7 @@ class MetricsPage:
 def make_handler(sidecar: Sidecar, page: MetricsPage) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "kafleet-sidecar"
+        protocol_version = "HTTP/1.1"  # every answer says its length: connections can be kept
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.address_string(), *args)
