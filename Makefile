@@ -130,7 +130,7 @@ image: ## Build the image IMG (worker, sidecar, operator) and IMG_SPARK (plus Sp
 .PHONY: test
 test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run every test against the real test bed.
 	@if [ -n "$(PYTEST_ARGS)" ] || [ "$(TEST_SPLIT)" = 0 ]; then \
-	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana; \
+	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana-schema; \
 	  set -x; $(PY) -m pytest $(if $(PYTEST_ARGS),$(PYTEST_ARGS),--ignore=$(KEDA_TESTS)); \
 	else \
 	  mkdir -p .cache/test-logs; log=.cache/test-logs/side.log; \
@@ -140,7 +140,7 @@ test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run e
 	    "other tests (they need only the jars); their output: $$faults (shown at the end)"; \
 	  $(PY) -m pytest $(FAULT_TESTS) >$$faults 2>&1 & cluster=$$!; \
 	  trap 'kill $$cluster 2>/dev/null || true' EXIT; \
-	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana; \
+	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana-schema; \
 	  echo "the real node's tests and the slowest run beside the others; their output: $$log" \
 	    "(shown at the end)"; \
 	  $(PY) -m pytest $(SIDE_TESTS) >$$log 2>&1 & node=$$!; \
@@ -210,9 +210,9 @@ spark-connect: delta-jars ## Run a local Spark Connect server with Delta on sc:/
 prometheus: venv ## Install Prometheus from Debian's packages if missing (root), build one with Kubernetes discovery from its Go module, fetch the Prometheus Operator's CRDs (once).
 	@$(PY) -m tests.infra.prometheus install >/dev/null
 
-.PHONY: grafana
-grafana: venv ## Build Grafana's backend from its Go module (once): the dashboards' queries run through its API.
-	@$(PY) -m tests.infra.grafana build >/dev/null
+.PHONY: grafana-schema
+grafana-schema: venv ## Install Grafana 11.6's and 12.4's dashboard types (@grafana/schema) and TypeScript with npm from tests/infra/grafana-schema/'s lockfile (once): the dashboards are type-checked against them.
+	@$(PY) -m tests.infra.grafana_schema install >/dev/null
 
 .PHONY: keda
 keda: venv ## Build KEDA's operator and metrics adapter from its Go module (once; 10 to 20 minutes): tests and benchmarks run the real KEDA.

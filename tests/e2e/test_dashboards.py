@@ -3,9 +3,12 @@
 the Prometheus Operator would for those ServiceMonitors and evaluating that PrometheusRule, and a
 real group of workers with a Spark sink, scaled once so that a revoke has drained. Then every
 panel's query, every template variable and what every alert compares return series: a query
-that returns nothing is a panel with "No data" or an alert that can never fire, and fails. And
-a real Grafana with the dashboards provisioned runs every panel's query through its own API,
-returning data."""
+that returns nothing is a panel with "No data" or an alert that can never fire, and fails.
+
+No Grafana runs here (its server is AGPL-3.0): that Grafana 11 and 12 load the dashboards as
+written is proven without one, against their published schema and what their loader needs
+(``tests/monitoring/test_dashboard_schema.py``, ``test_dashboard_loading.py``); here, that every
+query they send has data."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.e2e.conftest import Release
 from tests.e2e.fleet import Cluster, apply, consumer_group, produce_orders, wait_pods_ready
-from tests.infra import grafana, prometheus
+from tests.infra import prometheus
 from tests.infra.waiting import wait_until
 from tests.monitoring import queries
 
@@ -100,13 +103,17 @@ def test_every_panel_variable_and_alert_of_the_chart_returns_series_from_the_rea
         "consumergroup": NAME,
         "pod": ".*",
         "topic": ".*",
-        "__rate_interval": "1m",
+        "__rate_interval": "1m",  # Grafana's: 4 scrape intervals at its default 15 s
     }
     empty = []
     for path in queries.DASHBOARDS:
         for q in queries.panels(path):
-            if not fleet_prometheus.query(queries.concrete(q.expr, values)):
+            expr = queries.concrete(q.expr, values)
+            if not fleet_prometheus.query(expr):
                 empty.append(f"{q.where}: {q.expr}")
+            # As a panel sends it: a range over the last 5 minutes, a point every 15 s.
+            elif not fleet_prometheus.query_range(expr, 300, 15):
+                empty.append(f"{q.where} (as a range query): {q.expr}")
         for name, label, selector in _variables(path, values):
             found = fleet_prometheus.label_values(label, selector)
             if not found:
@@ -135,31 +142,6 @@ def test_every_panel_variable_and_alert_of_the_chart_returns_series_from_the_rea
     firing = sorted(r["name"] for r in rules if r["state"] != "inactive")
     print(f"\nall {sum(len(queries.panels(p)) for p in queries.DASHBOARDS)} panel queries and "
           f"{len(rules)} alerts returned series; pending or firing: {firing}")  # fmt: skip
-
-    # A real Grafana: the dashboards load, and every panel's query, sent as a panel sends it
-    # (Grafana fills $__rate_interval), returns data through its Prometheus data source.
-    server = grafana.start_grafana(
-        fleet_prometheus.workdir.parent / "grafana", fleet_prometheus.url, queries.DASHBOARDS
-    )
-    try:
-        found = server.request("/api/search?tag=kafleet")
-        assert sorted(d["uid"] for d in found) == ["kafleet-fleet", "kafleet-workers"]
-        for path in queries.DASHBOARDS:
-            board = json.loads(path.read_text())
-            loaded = server.request(f"/api/dashboards/uid/{board['uid']}")["dashboard"]
-            assert len(loaded["panels"]) == len(board["panels"])
-        no_data = []
-        sent = {k: v for k, v in values.items() if k != "__rate_interval"}
-        for path in queries.DASHBOARDS:
-            for q in queries.panels(path):
-                frames = server.query(queries.concrete(q.expr, sent), "prometheus")
-                if not any(f["data"]["values"] and f["data"]["values"][0] for f in frames):
-                    no_data.append(f"{q.where}: {q.expr}")
-        assert not no_data, "no data through Grafana:\n" + "\n".join(no_data)
-        health = server.request("/api/health")
-        print(f"grafana {health['version']} ({health['commit']}): every panel has data")
-    finally:
-        server.stop()
 
     # The dashboards' ConfigMaps in the cluster are the chart's files.
     maps = fleet_cluster.json(

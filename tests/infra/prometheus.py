@@ -175,6 +175,14 @@ class Prometheus:
         result: list[dict[str, object]] = self._get("query", query=expr)["result"]
         return result
 
+    def query_range(self, expr: str, seconds: int, step_s: int) -> list[dict[str, object]]:
+        """The result matrix of a range query over the last ``seconds`` (as a panel asks)."""
+        end = time.time()
+        result: list[dict[str, object]] = self._get(
+            "query_range", query=expr, start=str(end - seconds), end=str(end), step=str(step_s)
+        )["result"]
+        return result
+
     def label_values(self, label: str, match: str) -> list[str]:
         """The values ``label`` takes in the series ``match`` selects (what Grafana's
         ``label_values(match, label)`` variable query asks)."""
