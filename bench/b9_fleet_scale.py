@@ -137,6 +137,7 @@ def _kafleet(run: Run, bootstrap: str, plan: Plan, keda_next: bool) -> dict[str,
             if delete:
                 measured.deleted_s = time.monotonic() - ended
             found[fleet_scale_plan.label(shards)] = measured
+            _keep_partial(n, plan, found)
     return found
 
 
@@ -180,6 +181,16 @@ def _established(plane: k8s.ControlPlane) -> bool:
     crd = json.loads(plane.kubectl("get", "crd", CRD, "-o", "json"))
     conditions = (crd.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+def _keep_partial(n: int, plan: Plan, found: dict[str, Measured]) -> None:
+    """Each configuration's figures kept as soon as measured, under the size's key marked
+    ``partial`` (a run stopped in the next configuration, or in KEDA's, keeps them; a resumed
+    run measures the size again)."""
+    raw: dict[str, Any] = json.loads(SAMPLES.read_text()) if SAMPLES.exists() else {}
+    raw[f"{_key(n, plan.groups_per_topic(n))} (partial)"] = {t: asdict(m) for t, m in found.items()}
+    RESULTS.mkdir(exist_ok=True)
+    SAMPLES.write_text(json.dumps(raw, indent=1))
 
 
 def _one_size(
@@ -235,6 +246,7 @@ def run(ctx: Context) -> Table:
         if key not in raw or not os.environ.get("KAFLEET_B9_RESUME"):
             found = _one_size(ctx, plan, n, jmx, notes)
             raw[key] = {tool: asdict(m) for tool, m in found.items()}
+            raw.pop(f"{key} (partial)", None)
             RESULTS.mkdir(exist_ok=True)
             SAMPLES.write_text(json.dumps(raw, indent=1))  # each size kept as soon as measured
         sizes[key] = {tool: Measured(**m) for tool, m in raw[key].items()}
