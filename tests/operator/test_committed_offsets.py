@@ -13,34 +13,14 @@ from typing import Any
 
 import jpype
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError
 
 from kafleet.config.security import Security
 from kafleet.share import jvm
 from kafleet_operator.reading import clusters, committed, java_admin, lag_reader, snapshots
 from tests.conftest import TopicFactory
-from tests.infra.offsets import COORDINATOR_MOVING, transient
+from tests.infra.offsets import commit
 from tests.infra.records import ProduceReport
-
-
-def commit(kafka: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """Commit as a consumer does, again while the coordinator loads (a new broker's)."""
-    committer = Consumer({"bootstrap.servers": kafka, "group.id": group})
-    deadline = time.monotonic() + 30
-    try:
-        while True:
-            try:
-                committer.commit(
-                    offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
-                    asynchronous=False,
-                )
-                return
-            except KafkaException as exc:
-                if not transient(exc, COORDINATOR_MOVING) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-    finally:
-        committer.close()
 
 
 @pytest.fixture
