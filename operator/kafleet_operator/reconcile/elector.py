@@ -74,20 +74,20 @@ class Elector:
         """Whether this pod reconciles the group now: its shard is led and was renewed within
         the renew deadline (a pod that stalled between two steps does not act on a Lease that
         may be expiring in the others' eyes)."""
-        shard = shards.shard_of(namespace, name, self.count)
-        renewed = self._renewed.get(shard)
-        fresh = renewed is not None and self._clock() - renewed < self.timing.renew_deadline_s
-        return shard in self._led and fresh
+        return self._led_within(namespace, name, self.timing.renew_deadline_s)
 
     def holds(self, namespace: str, name: str) -> bool:
         """Whether the group's shard is led and was renewed within the Lease's duration: a pod
         whose renewals are late (a slow API server) stops writing at the renew deadline
         (``owns``), but no other pod may lead the shard before the duration has passed, so it
         keeps its memory of the group (its metric series) until then, and no longer."""
+        return self._led_within(namespace, name, self.timing.duration_s)
+
+    def _led_within(self, namespace: str, name: str, seconds: float) -> bool:
+        """Whether the group's shard is led and this pod renewed it less than ``seconds`` ago."""
         shard = shards.shard_of(namespace, name, self.count)
         renewed = self._renewed.get(shard)
-        fresh = renewed is not None and self._clock() - renewed < self.timing.duration_s
-        return shard in self._led and fresh
+        return shard in self._led and renewed is not None and self._clock() - renewed < seconds
 
     # -- one step -------------------------------------------------------------------------
 
