@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -76,3 +78,15 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecars]:
     sidecars = Sidecars(tmp_path)
     yield sidecars
     sidecars.stop_all()
+
+
+def trickle(sock: socket.socket, pieces: list[bytes], every_s: float = 0.4) -> bool:
+    """Send ``pieces`` one at a time, ``every_s`` apart (each inside a server's per-read
+    timeout, the whole past its deadline); True if the server closed the connection first."""
+    for piece in pieces:
+        try:
+            sock.sendall(piece)
+        except OSError:
+            return True
+        time.sleep(every_s)
+    return False

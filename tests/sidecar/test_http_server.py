@@ -19,7 +19,7 @@ import pytest
 
 from kafleet.sidecar import http_serving
 from tests.infra.waiting import wait_until
-from tests.sidecar.conftest import Sidecars, get
+from tests.sidecar.conftest import Sidecars, get, trickle
 
 
 def port_of(url: str) -> int:
@@ -62,14 +62,7 @@ def test_a_client_trickling_its_request_is_cut_off_at_the_deadline(
     url = sidecar(tmp_path / "state.json", "--http-timeout-s", "1")
     slow = silent_client(port_of(url))
     started = time.monotonic()
-    closed = False
-    for piece in [b"GET /heal", b"thz HT", b"TP/1.0\r\n", b"X-A: b\r\n"] * 3:
-        try:
-            slow.sendall(piece)
-        except OSError:
-            closed = True
-            break
-        time.sleep(0.4)  # each piece inside the per-read timeout, the whole past the deadline
+    closed = trickle(slow, [b"GET /heal", b"thz HT", b"TP/1.0\r\n", b"X-A: b\r\n"] * 3)
     slow.settimeout(5)
     answer = b"" if closed else slow.recv(100)
 

@@ -17,6 +17,7 @@ import pytest
 
 from kafleet.sidecar import http_serving
 from tests.infra.waiting import wait_until
+from tests.sidecar.conftest import trickle
 
 Serving = Callable[..., http_serving.BoundedHTTPServer]
 
@@ -177,14 +178,7 @@ def test_a_kept_alive_client_trickling_its_next_request_is_cut_off_at_the_deadli
     slow.sendall(GET)
     assert slow.recv(1000).startswith(b"HTTP/1.1 200")
     started = time.monotonic()
-    closed = False
-    for piece in [b"GET / HT", b"TP/1.1\r\n", b"X-A: b\r\n"] * 3:
-        try:
-            slow.sendall(piece)
-        except OSError:
-            closed = True
-            break
-        time.sleep(0.4)  # each piece inside the per-read timeout, the whole past the deadline
+    closed = trickle(slow, [b"GET / HT", b"TP/1.1\r\n", b"X-A: b\r\n"] * 3)
 
     assert closed or read_to_the_end(slow) == b""
     assert time.monotonic() - started < 4
