@@ -225,6 +225,42 @@ def test_a_revoke_waits_for_the_sinks_write_by_the_sinks_write_time_not_the_hand
     assert committable(offsets) == 6
 
 
+class SlowerEachTime(MemorySink):
+    """Writes of 10 ms, then of 1.5 s: a loaded machine's write, many times the recent p99."""
+
+    def write(self, prepared: list[Batch]) -> None:
+        time.sleep(0.01 if not self.batches else 1.5)
+        super().write(prepared)
+
+
+def test_an_exactly_once_revoke_waits_for_a_write_far_slower_than_the_recent_ones(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    """Exactly once, the next owner rewrites whatever was not committed: a write still running
+    when the revoke returns lands beside that rewrite and Delta fails one of them. The revoke
+    waits up to drain_timeout_s, not 3 x the recent p99 (CI, a loaded machine: the second
+    worker's write failed)."""
+    offsets, queues = parts
+    sink = SlowerEachTime()
+    shipper = ship(sink, parts, linger_s=3600)
+    handle(shipper, offsets, *range(3))
+    assert shipper.drain([TP], timeout=5)  # one write timed: the sink's recent p99 is 10 ms
+    shipper.assign([TP])
+    handle(shipper, offsets, *range(3, 6))
+    poller = MagicMock(closing=False, shipper=shipper, assigned={TP}, queues=queues)
+    poller.config.effective_revoke_policy = "wait"
+    poller.config.drain_timeout_s = 10.0
+    poller.config.guarantee = "exactly-once"
+    rebalance = Rebalance(poller, lambda: 0.001)
+
+    rebalance.on_revoke(MagicMock(), [TopicPartition(*TP)])
+    landed = [r.offset for b in sink.batches for r in b.records]
+    shipper.stop()
+
+    assert landed == list(range(6))
+    assert committable(offsets) == 6
+
+
 def test_waiting_results_count_against_the_partitions_queue_bound(
     parts: tuple[OffsetTracker, WorkQueues],
 ) -> None:

@@ -128,9 +128,13 @@ class Rebalance:
         wait = self._revoke_wait(self._handler_p99())
         drained = p.queues.wait_idle(tps, timeout=wait)
         if p.shipper is not None:  # write what is done, so the next owner need not redo it
-            # bounded by the sink's own recent write time, not the handler's: a write still
-            # running when the revoke returns lands beside the next owner's and fails it
-            sink_wait = self._revoke_wait(p.shipper.recent_write_p99())
+            # bounded by the sink's own recent write time, not the handler's. Exactly once: by
+            # drain_timeout_s alone, as a write still running when the revoke returns lands
+            # beside the next owner's rewrite of the same offsets and fails it (a write on a
+            # loaded machine may take many times the recent p99)
+            exactly_once = p.config.guarantee == "exactly-once"
+            sink_p99 = None if exactly_once else p.shipper.recent_write_p99()
+            sink_wait = self._revoke_wait(sink_p99)
             drained = p.shipper.drain(tps, sink_wait) and drained
         if p.config.guarantee == "at-most-once":
             rewinds = _unstarted_rewinds(tps, unstarted, held)
@@ -167,9 +171,12 @@ class Rebalance:
             return 0.0
         if p.config.effective_revoke_policy == "abandon":
             return 0.0
-        if p99 is None:
-            return p.config.drain_timeout_s
-        return min(p.config.drain_timeout_s, max(REVOKE_WAIT_FLOOR_S, REVOKE_WAIT_P99S * p99))
+        wait = p.config.drain_timeout_s
+        if p99 is not None:
+            wait = min(wait, max(REVOKE_WAIT_FLOOR_S, REVOKE_WAIT_P99S * p99))
+        if p.closing and deadline is not None:  # within what is left of the stop's grace
+            wait = min(wait, deadline - time.monotonic())
+        return max(0.0, wait)
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         p = self.poller
