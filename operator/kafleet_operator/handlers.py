@@ -190,5 +190,8 @@ def observe(body: Mapping[str, Any], memo: dict[str, Any]) -> None:
     over (``applying.adopt``)."""
     with _leading():
         if str(body["metadata"]["uid"]) not in applying.reconciled:
-            applying.adopt(body)
+            fresh = applying.adopt(body)  # read afresh: this pod's copy may be behind
+            if fresh is None:
+                return
+            body = fresh
         observer.observe_group(body, memo)

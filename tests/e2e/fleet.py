@@ -202,11 +202,13 @@ def orders_below(kafka: str, topic: str, offsets: dict[int, int]) -> set[int]:
 class LogFollower:
     """``kubectl logs -f`` of one container into a file, so its lines outlive the pod."""
 
-    def __init__(self, cluster: Cluster, namespace: str, pod: str, folder: Path) -> None:
+    def __init__(
+        self, cluster: Cluster, namespace: str, pod: str, folder: Path, container: str = "worker"
+    ) -> None:
         self.path = folder / f"{pod}.log"
         self._out = self.path.open("wb")
         self.proc = cluster.kubectl_stream(
-            "logs", "-f", "-n", namespace, pod, "-c", "worker", stdout=self._out
+            "logs", "-f", "-n", namespace, pod, "-c", container, stdout=self._out
         )
 
     def text(self) -> str:

@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from kafleet_operator.policy import shards
 from tests.e2e import network_cut
 from tests.e2e.conftest import EXTERNAL_KUBECONFIG, Release
-from tests.e2e.fleet import Cluster, apply, consumer_group, lag
+from tests.e2e.fleet import Cluster, LogFollower, apply, consumer_group, lag
 from tests.e2e.load import Replicas, produce, tally, topics, worker_env
 from tests.infra.node import RealNode
 from tests.infra.waiting import wait_until
@@ -102,15 +102,49 @@ def lagging(
         fleet_cluster.kubectl("delete", "kcg", "-n", ns, name, "--wait=false", check=False)
 
 
+@pytest.fixture
+def operator_logs(
+    fleet_cluster: Cluster, operator: Release, tmp_path: Path
+) -> Iterator[Callable[[str], str]]:
+    """Follows both operator pods' logs from the start (a deleted pod's lines outlive it); the
+    callable gives every pod's lines naming a group or a Lease, for a failed assertion."""
+    wait_until(lambda: len(operator_pods(fleet_cluster, operator)) == 2, 60, "two operator pods")
+    names = [p["metadata"]["name"] for p in operator_pods(fleet_cluster, operator)]
+    followers = [
+        LogFollower(fleet_cluster, operator.namespace, pod, tmp_path, container="operator")
+        for pod in names
+    ]
+
+    def told(group: str) -> str:
+        texts = [f.text() for f in followers]
+        for pod in operator_pods(fleet_cluster, operator):  # a restarted container's own lines
+            pod_name = pod["metadata"]["name"]
+            args = ("logs", "-n", operator.namespace, pod_name, "-c", "operator")
+            texts.append(fleet_cluster.kubectl(*args, check=False))
+        lines = [
+            line
+            for text in texts
+            for line in text.splitlines()
+            if group in line or "lead" in line or "shard" in line
+        ]
+        return "\n".join(lines[-150:])
+
+    try:
+        yield told
+    finally:
+        for follower in followers:
+            follower.close()
+
+
 def test_the_leader_killed_mid_lag_step_is_replaced_and_the_group_still_reaches_its_size(
     fleet_cluster: Cluster,
     operator: Release,
     kafka: str,
     runc_root: Path,
     lagging: tuple[str, str, str, Replicas],
+    operator_logs: Callable[[str], str],
 ) -> None:
     name, topic, receipts, replicas = lagging
-    wait_until(lambda: len(operator_pods(fleet_cluster, operator)) == 2, 60, "two operator pods")
     first = wait_until(lambda: leader(fleet_cluster, operator), 60, "a leader")
     wait_until(lambda: replicas.latest()[1] >= 1, 180, "the group's first worker ready", every=1)
     produce(kafka, topic, PARTITIONS, BACKLOG)
@@ -127,7 +161,9 @@ def test_the_leader_killed_mid_lag_step_is_replaced_and_the_group_still_reaches_
     wait_until(lambda: replicas.latest()[0] == PARTITIONS, 120, "the group at its size", every=1)
     full = time.monotonic() - stepped
     steps = replicas.wished
-    assert steps == sorted(steps), f"a scale-down during the handover: {steps}"
+    assert steps == sorted(steps), f"a scale-down during the handover: {steps}\n" + operator_logs(
+        name
+    )
     wait_until(lambda: lag(kafka, name, topic, PARTITIONS) == 0, 400, "lag 0", every=2)
     result = tally(kafka, topic, receipts, PARTITIONS)
     assert not result.lost, f"{len(result.lost)} records never handled"
@@ -148,7 +184,7 @@ def test_the_leader_killed_mid_lag_step_is_replaced_and_the_group_still_reaches_
         every=0.2,
     )
     print(f"SIGTERM of the leader {second}: {third} leads {time.monotonic() - deleted:.1f} s after")
-    assert replicas.wished == sorted(replicas.wished), replicas.wished
+    assert replicas.wished == sorted(replicas.wished), f"{replicas.wished}\n" + operator_logs(name)
     # The tests after this one find two ready operator pods again.
     fleet_cluster.kubectl(
         "rollout", "status", "-n", operator.namespace, "deployment/kafleet-operator",

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any, NoReturn, cast
 
@@ -53,6 +55,10 @@ listed: set[str] = set()
 # for one whose shard it came to lead after kopf had handed it over).
 reconciled: set[str] = set()
 _pauses: dict[str, pause.Pause] = {}  # each group's pause as this process last saw it
+# Adoptions read the groups afresh, a namespace at a time: (monotonic, groups by name).
+FRESH_S = 2.0
+_listings: dict[str, tuple[float, dict[str, dict[str, Any]]]] = {}
+_listing_lock = threading.Lock()
 
 
 def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: int) -> None:
@@ -82,17 +88,24 @@ def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: in
     metrics.reconciled(namespace, name, "applied")
 
 
-def adopt(raw: Mapping[str, Any]) -> None:
+def adopt(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """A group whose shard this pod came to lead after kopf had handed the group over (no
-    kopf event will come for it): reconciled as a resume would, unless its status says its
-    generation was applied without a failure; then nothing is written (the pass puts back any
-    drift of its Deployment, as after a restart). A refusal is recorded in the status; a
-    server's or a name's (which kopf would retry) is tried again at the next pass."""
-    body = kopf.Body(cast(kopf.RawBody, raw))
+    kopf event will come for it): judged from the group as the API server holds it now, not
+    from this pod's cache, which may be behind (a standby's copy of a group scaled while it
+    stood by: applied as it was, it scaled the group down to that old count). Reconciled as a
+    resume would, unless its status says its generation was applied without a failure; then
+    nothing is written (the pass puts back any drift of its Deployment, as after a restart). A
+    refusal is recorded in the status; a server's or a name's (which kopf would retry) is
+    tried again at the next pass. The group as read, for the rest of this pass (None: gone)."""
+    meta = raw["metadata"]
+    fresh = _fresh(str(meta["namespace"]), str(meta["name"]))
+    if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
+        return None  # deleted meanwhile (or made again: its own events come)
+    body = kopf.Body(cast(kopf.RawBody, fresh))
     meta, status = body.metadata, body.status
-    if status.get("appliedGeneration") == meta.get("generation") and not status.get("applyFailure"):
+    if applied(fresh):
         reconciled.add(meta["uid"])
-        return
+        return fresh
     log.info("%s/%s: reconciled on taking its shard", meta["namespace"], meta["name"])
     patch = kopf.Patch()
     try:
@@ -103,6 +116,25 @@ def adopt(raw: Mapping[str, Any]) -> None:
         pass  # recorded; an edit runs the reconcile again
     if patch.get("status"):
         kube.patch_status(body, patch["status"])
+    return fresh
+
+
+def applied(body: Mapping[str, Any]) -> bool:
+    """Whether the group's status says its generation was applied, with no failure since."""
+    status = body.get("status") or {}
+    generation = (body.get("metadata") or {}).get("generation")
+    return status.get("appliedGeneration") == generation and not status.get("applyFailure")
+
+
+def _fresh(namespace: str, name: str) -> Mapping[str, Any] | None:
+    """The group as the API server holds it, from one list of its namespace shared by every
+    adoption within ``FRESH_S`` (a pod that comes to lead thousands of groups lists once)."""
+    with _listing_lock:
+        at, groups = _listings.get(namespace, (-FRESH_S, {}))
+        if time.monotonic() - at >= FRESH_S:
+            groups = kube.list_groups(namespace)
+            _listings[namespace] = (time.monotonic(), groups)
+    return groups.get(name)
 
 
 def _owner(body: kopf.Body) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import datetime
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import urllib3
 from kubernetes import client as k8s
@@ -202,6 +202,22 @@ def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str
             _content_type="application/merge-patch+json",
         )
     return dict(written) if isinstance(written, Mapping) else {}
+
+
+def list_groups(namespace: str) -> dict[str, dict[str, Any]]:
+    """Every ConsumerGroup of ``namespace`` as the API server holds it now (one list call, a
+    consistent read), by name, without their managed fields."""
+    listed = cast(
+        Mapping[str, Any],
+        k8s.CustomObjectsApi(client()).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL
+        ),
+    )
+    found: dict[str, dict[str, Any]] = {}
+    for item in listed.get("items") or []:
+        item.get("metadata", {}).pop("managedFields", None)
+        found[item["metadata"]["name"]] = item
+    return found
 
 
 def scale(body: Mapping[str, Any], replicas: int) -> None:
