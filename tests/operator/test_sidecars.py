@@ -1,11 +1,10 @@
 """Which pods' sidecars the operator asks, and at which address: only ready pods that are not
 terminating count, and an IPv6 address is bracketed (unbracketed, every request failed and
-tuning was silently dead on IPv6 clusters); kafleet's own sidecar is read over the operator's
-pool of connections, and a busy one is left out, not guessed from."""
+tuning was silently dead on IPv6 clusters); kafleet's own sidecar is read over one connection
+of the operator's pool, kept between passes, and a busy one is left out, not guessed from."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 from pathlib import Path
@@ -54,7 +53,7 @@ def test_a_sidecar_url_template_may_name_the_pod() -> None:
 
 
 def test_a_ready_running_pod_counts() -> None:
-    assert asyncio.run(watched.pods(pod())) == {("shop", "orders"): ("10.0.0.7", "orders-abc")}
+    assert watched.pod_kept(pod()) == {("shop", "orders"): ("10.0.0.7", "orders-abc")}
 
 
 @pytest.mark.parametrize(
@@ -66,7 +65,7 @@ def test_unready_terminating_or_unaddressed_pods_do_not_count(candidate: kopf.Bo
     """Review of issue 22: ``None`` left a pod that went unready or began terminating in the
     index (kopf keeps the last entry), so its sidecar was still asked; an empty result
     takes it out."""
-    assert asyncio.run(watched.pods(candidate)) == {}
+    assert watched.pod_kept(candidate) == {}
 
 
 @pytest.fixture
@@ -87,25 +86,27 @@ def one_pod(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
     monkeypatch.setattr(sidecars, "SIDECAR_URL", f"http://{{pod_ip}}:{port}")
 
 
-def test_kafleets_sidecar_is_read_and_a_connection_it_closes_is_not_kept(
+def test_kafleets_sidecar_is_read_over_one_kept_connection(
     monkeypatch: pytest.MonkeyPatch, fresh: sidecars.http_pool.Pool, tmp_path: Path
 ) -> None:
-    """Today's sidecar answers HTTP/1.0 and closes: each read costs a connection, none is
-    held open against its two per address."""
+    """The sidecar keeps HTTP/1.1 connections: three passes, one connection opened by the
+    operator and one accepted by the sidecar, kept between the passes."""
     server = serve(Sidecar(tmp_path / "state.json"), "127.0.0.1", 0)
     one_pod(monkeypatch, server.server_address[1])
     try:
-        first = sidecars.read("shop", "orders")
-        monkeypatch.setattr(sidecars, "_recent", {})  # the next pass
-        second = sidecars.read("shop", "orders")
+        passes = []
+        for _ in range(3):
+            monkeypatch.setattr(sidecars, "_recent", {})  # the next pass
+            passes.append(sidecars.read("shop", "orders"))
+        accepted = server.accepted
     finally:
         server.shutdown()
         server.server_close()
 
-    assert [r.pod for r in first] == [r.pod for r in second] == ["orders-abc"]
-    assert set(first[0].status) >= {"healthy", "ready", "worker"}
-    assert fresh.opened == 2
-    assert fresh.kept() == 0
+    assert [[r.pod for r in found] for found in passes] == [["orders-abc"]] * 3
+    assert set(passes[0][0].status) >= {"healthy", "ready", "worker"}
+    assert fresh.opened == accepted == 1
+    assert fresh.kept() == 1
 
 
 def test_a_busy_sidecar_is_left_out_and_not_asked_again_for_a_while(

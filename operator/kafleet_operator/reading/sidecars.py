@@ -3,12 +3,12 @@
 Owns: the URL of a pod's sidecar (an IPv6 address in brackets), and asking the sidecars of a
 group's pods that count (Ready, not terminating: ``watched.py`` keeps them from the operator's
 watch of the pods, no list per pass) on one small pool of threads shared by every group, over
-kept-alive connections where the sidecar keeps them (``http_pool.py``: one pool of them per
-process, at most one per thread to a sidecar; kafleet's sidecar answers HTTP/1.0 and closes
-each connection today, so each ask still opens one), with a short timeout. A sidecar that
-does not answer, or answers anything but a 2xx (a busy sidecar's ``503``, too), is left out,
-never guessed, and not asked again for a while (doubling), so a hung or unreachable pod costs
-the other groups nothing. The autoscaler and the tuner of one pass share one round of asking.
+kept-alive connections (``http_pool.py``: one pool of them per process, at most one per thread
+to a sidecar; kafleet's sidecar keeps HTTP/1.1 connections, so a pass reuses the last pass's),
+with a short timeout. A sidecar that does not answer, or answers anything but a 2xx (a busy
+sidecar's ``503``, too), is left out, never guessed, and not asked again for a while
+(doubling), so a hung or unreachable pod costs the other groups nothing. The autoscaler and
+the tuner of one pass share one round of asking.
 
 Does not own what the figures mean (``tuner.py``, ``autoscaler.py``) or the sidecar itself
 (``kafleet.sidecar.server``).

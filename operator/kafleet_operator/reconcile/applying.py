@@ -46,8 +46,8 @@ from kafleet_operator.reconcile.kube import api_message, apply
 log = logging.getLogger("kafleet.operator")
 
 # The groups kopf has handed to this process (created, updated or resumed), led or not: the
-# periodic pass observes only those. kopf resumes a group only once its indexes are filled, so
-# a pass never reads a half-listed index (and takes a Deployment not yet seen for one deleted).
+# periodic pass observes those, and before kopf resumes them, those whose status says their
+# generation is applied (``applied``); the others wait for kopf's create, update or resume.
 listed: set[str] = set()
 # Of those, the groups this process has reconciled while leading their shard (``adopt`` does it
 # for one whose shard it came to lead after kopf had handed it over).
@@ -90,7 +90,7 @@ def adopt(raw: Mapping[str, Any]) -> None:
     server's or a name's (which kopf would retry) is tried again at the next pass."""
     body = kopf.Body(cast(kopf.RawBody, raw))
     meta, status = body.metadata, body.status
-    if status.get("appliedGeneration") == meta.get("generation") and not status.get("applyFailure"):
+    if applied(raw):
         reconciled.add(meta["uid"])
         return
     log.info("%s/%s: reconciled on taking its shard", meta["namespace"], meta["name"])
@@ -103,6 +103,13 @@ def adopt(raw: Mapping[str, Any]) -> None:
         pass  # recorded; an edit runs the reconcile again
     if patch.get("status"):
         kube.patch_status(body, patch["status"])
+
+
+def applied(body: Mapping[str, Any]) -> bool:
+    """Whether the group's status says its generation was applied, with no failure since."""
+    status = body.get("status") or {}
+    generation = (body.get("metadata") or {}).get("generation")
+    return status.get("appliedGeneration") == generation and not status.get("applyFailure")
 
 
 def _owner(body: kopf.Body) -> dict[str, Any]:
