@@ -1,12 +1,19 @@
 """The kopf handlers: thin shims from kopf's events to the operator's work.
 
-Owns: kopf's settings (one startup handler), an index of every watched group, and which event
-runs what: create, update and resume reconcile a group (``reconcile/applying.py``); every event
-of a group checks its pause annotations (``applying.pause_changed``: kopf leaves annotations
-under its storage prefix, ``kafleet.io/``, out of the diff, so no update handler sees them);
-every event of an owned object may put it back (``owned.on_event``); startup and cleanup start
-and stop the periodic pass (``periodic.py``, running ``observer.observe_group`` for each group:
-conditions, lag, scaling, tuning). Nothing is decided here.
+Owns: kopf's settings (one startup handler), and which event runs what: every event of a group
+keeps it for the periodic pass (``watched.remember``); create, update and resume reconcile a
+group (``reconcile/applying.py``); every event of a group checks its pause annotations
+(``applying.pause_changed``: kopf leaves annotations under its storage prefix, ``kafleet.io/``,
+out of the diff, so no update handler sees them); every event of an owned object may put it
+back (``owned.on_event``); startup and cleanup start and stop the watches of what the groups own
+(``reading/watched.py``) and the periodic pass (``periodic.py``, running
+``observer.observe_group`` for each group: conditions, lag, scaling, tuning). Nothing is decided
+here.
+
+No ``@kopf.index``: kopf holds every handler until its indexes are filled, and fills them in
+time quadratic in the objects it watches (a restart over 3,000 groups passed none in 8
+minutes); the operator's own watches (``reading/informers.py``) say when they have listed a
+namespace, and the pass waits for that alone.
 
 No finalizer: nothing has to happen before a ConsumerGroup goes (owner references take its
 objects with it), and no handler asks kopf for one (no ``on.delete``, no timer or daemon), so
@@ -29,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -41,6 +47,7 @@ from kafleet_operator.policy.crd import GROUP, PLURAL, VERSION
 from kafleet_operator.reading import watched
 from kafleet_operator.reconcile import (
     applying,
+    kube,
     lag_source,
     leadership,
     observer,
@@ -50,6 +57,9 @@ from kafleet_operator.reconcile import (
 
 # `kafleet operator --interval-s` sets this (before this module loads).
 INTERVAL_S = float(os.environ.get("KAFLEET_OPERATOR_INTERVAL_S", "5"))
+# `kafleet operator` with no --namespace sets this: the owned objects are watched cluster-wide,
+# in one watch a kind; else (and under `kopf run`) in each namespace that holds a group.
+CLUSTERWIDE = os.environ.get("KAFLEET_OPERATOR_CLUSTERWIDE") == "1"
 log = logging.getLogger("kafleet.operator")
 MANAGED = watched.MANAGED
 OWNED = (("apps", "v1", "deployments"), ("v1", "configmaps"), ("v1", "services"))
@@ -60,7 +70,9 @@ class QuietWatchers(logging.Filter):
     status write and every event of an owned object (a dozen lines a minute per idle group);
     what they do, they log themselves."""
 
-    NOISY = tuple(f"Handler '{name}' succeeded." for name in ("pause_changed", "put_back"))
+    NOISY = tuple(
+        f"Handler '{name}' succeeded." for name in ("remember", "pause_changed", "put_back")
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.getMessage() not in self.NOISY
@@ -87,26 +99,16 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.INFO  # Events for what the operator decides
     # The owned objects are watched for deletions and hand edits: only ours, filtered by the
     # API server (not every Deployment, ConfigMap and Service of the watched namespaces).
-    selector = ",".join(f"{k}={v}" for k, v in MANAGED.items())
-    for resource in (*OWNED, ("v1", "pods")):  # and the pods, for their sidecars' addresses
-        settings.watching.label_selectors[resource] = selector
-
-
-@kopf.index(GROUP, VERSION, PLURAL)
-async def groups(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every watched ConsumerGroup as last seen, for the periodic pass (gone when deleted)."""
-    meta = body.metadata
-    kept = copy.deepcopy(dict(body))
-    kept["metadata"].pop("managedFields", None)  # the bulk of an object, and never read
-    return {(meta["namespace"], meta["name"]): kept}
+    for resource in OWNED:
+        settings.watching.label_selectors[resource] = watched.SELECTOR
 
 
 @kopf.on.startup()
-async def start_observing(memo: kopf.Memo, **kwargs: Any) -> None:
-    watched.bind(**{name: kwargs[name] for name in ("deployments", "config_maps", "pods")})
-    groups = kwargs["groups"]  # the index above
+async def start_observing(memo: kopf.Memo, **_: Any) -> None:
+    # The owned objects' watches (the pods', for their sidecars' addresses, too).
+    watched.start(kube.watch_client(), CLUSTERWIDE)
     pass_ = periodic.run(
-        groups, observe, lag_source.target, INTERVAL_S, observed=observed, kept=held
+        watched.groups, observe, lag_source.target, INTERVAL_S, observed=observed, kept=held
     )
     memo["observing"] = asyncio.get_running_loop().create_task(pass_)
 
@@ -116,6 +118,7 @@ async def stop_observing(memo: kopf.Memo, **_: Any) -> None:
     task = memo.get("observing")
     if task is not None:
         task.cancel()
+    watched.stop()
     # Leaving: the Leases go back at once, so a standby leads within its next step.
     await asyncio.to_thread(leadership.stop)
 
@@ -131,6 +134,13 @@ def reconcile(
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
+async def remember(type: str | None, body: kopf.Body, **_: Any) -> None:
+    """Every group as last seen, for the periodic pass and the put-backs (gone when deleted); a
+    coroutine: three thousand groups listed cost no trip through kopf's threads."""
+    watched.remember(type, body)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
 def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     """A pause annotation added, changed or removed: apply the group's objects as they should
     be now. The first sight of a group is the create or resume handler's."""
@@ -141,10 +151,10 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch, **_: Any) -> No
 @kopf.on.event(*OWNED[0], labels=MANAGED)
 @kopf.on.event(*OWNED[1], labels=MANAGED)
 @kopf.on.event(*OWNED[2], labels=MANAGED)
-def put_back(type: str, body: kopf.Body, **kwargs: Any) -> None:
+def put_back(type: str, body: kopf.Body, **_: Any) -> None:
     """An owned object deleted, or changed by anyone but this process: put back."""
     with _leading():
-        owned.on_event(type, body, kwargs["groups"])  # kwargs["groups"]: the index above
+        owned.on_event(type, body, watched.groups)
 
 
 @contextlib.contextmanager
@@ -169,14 +179,20 @@ class LedDiffBase(kopf.AnnotationsDiffBaseStorage):
 
 
 def observed(body: Mapping[str, Any]) -> bool:
-    """Whether the periodic pass observes the group: kopf has handed it over and this pod leads
-    its shard (another pod's groups are forgotten here, their metrics with them; a group of a
-    shard still held, whose renewal is late, is only passed over: ``held``)."""
-    uid = str(body["metadata"]["uid"])
+    """Whether the periodic pass observes the group: this pod leads its shard (another pod's
+    groups are forgotten here, their metrics with them; a group of a shard still held, whose
+    renewal is late, is only passed over: ``held``), the watches of its namespace have listed
+    what it owns, and kopf has handed it over (created, updated, resumed) or its status says its
+    generation is applied: after a restart, a settled group need not wait for kopf to resume
+    it (thousands of resumes take minutes, and change nothing)."""
+    meta = body["metadata"]
+    uid = str(meta["uid"])
     if not leadership.holds_body(body):
         applying.reconciled.discard(uid)
         return False
-    return leadership.owns_body(body) and uid in applying.listed
+    if not leadership.owns_body(body) or not watched.ready(str(meta["namespace"])):
+        return False
+    return uid in applying.listed or applying.applied(body)
 
 
 def held(body: Mapping[str, Any]) -> bool:

@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     os.environ["KAFLEET_OPERATOR_SIDECAR_URL"] = args.sidecar_url
     os.environ["KAFLEET_OPERATOR_INTERVAL_S"] = str(args.interval_s)
+    os.environ["KAFLEET_OPERATOR_CLUSTERWIDE"] = "0" if args.namespace else "1"
     if args.share_classpath:  # the reading processes (spawned) take it from there
         os.environ[CLASSPATH_ENV] = args.share_classpath
     import kopf

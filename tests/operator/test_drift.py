@@ -5,11 +5,9 @@ the fleet at 0 with Ready=True)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import kopf
 import pytest
 import yaml
 
@@ -34,7 +32,7 @@ def parsed(**changes: Any) -> ParsedSpec:
 def live(spec: ParsedSpec, replicas: int) -> Any:
     """The Deployment the builder makes, as the operator's watch of Deployments keeps it."""
     body = builders.deployment(OWNER, spec, replicas)
-    (kept,) = asyncio.run(watched.deployments(kopf.Body(cast(kopf.RawBody, body)))).values()
+    (kept,) = watched.deployment_kept(body).values()
     return kept
 
 

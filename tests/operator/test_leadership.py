@@ -19,6 +19,7 @@ import kopf
 import pytest
 
 from kafleet_operator import handlers
+from kafleet_operator.reading import watched
 from kafleet_operator.reconcile import applying, leadership, periodic
 
 
@@ -105,8 +106,9 @@ def test_only_the_leader_stores_kopfs_last_handled_configuration(edge: Edge) -> 
 
 
 def test_the_pass_observes_only_the_groups_of_shards_led_and_handed_over_by_kopf(
-    edge: Edge,
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(watched, "ready", lambda namespace: namespace == "team")
     applying.listed.update({"u-mine", "u-theirs"})
     applying.reconciled.update({"u-mine", "u-theirs"})
     try:
@@ -114,9 +116,28 @@ def test_the_pass_observes_only_the_groups_of_shards_led_and_handed_over_by_kopf
         assert not handlers.observed(group("theirs", "u-theirs"))
         assert "u-theirs" not in applying.reconciled  # adopted again if this pod comes to lead
         assert not handlers.observed(group("mine", "u-unlisted"))  # kopf has not resumed it
+        # Not resumed yet, but its status says its generation is applied: a restart's resume
+        # would change nothing, so the pass need not wait for it.
+        assert handlers.observed(group("mine", "u-settled", appliedGeneration=1))
+        failed = {"generation": 1, "reason": "ApplyFailed", "message": "no"}
+        refused = group("mine", "u-refused", appliedGeneration=1, applyFailure=failed)
+        assert not handlers.observed(refused)
     finally:
         applying.listed.clear()
         applying.reconciled.clear()
+
+
+def test_the_pass_waits_until_the_watches_have_listed_the_groups_namespace(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Deployment not yet listed would be taken for one deleted (and put back)."""
+    monkeypatch.setattr(watched, "ready", lambda namespace: False)
+    applying.listed.add("u-mine")
+    try:
+        assert not handlers.observed(group("mine", "u-mine"))
+        assert not handlers.observed(group("mine", "u-settled", appliedGeneration=1))
+    finally:
+        applying.listed.clear()
 
 
 def test_a_group_of_a_shard_whose_renewal_is_late_is_passed_over_but_not_forgotten(

@@ -1,4 +1,4 @@
-"""kopf logs every successful run of every handler at INFO; the two event handlers that run on
+"""kopf logs every successful run of every handler at INFO; the event handlers that run on
 every status write of a group and every event of its objects would fill the operator's log
 with a dozen lines a minute per idle group (review of issue 21). Only those lines go."""
 
@@ -15,7 +15,7 @@ def record(message: str) -> logging.LogRecord:
     return logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, message, None, None)
 
 
-@pytest.mark.parametrize("handler", ["pause_changed", "put_back"])
+@pytest.mark.parametrize("handler", ["remember", "pause_changed", "put_back"])
 def test_the_watchers_successes_are_left_out(handler: str) -> None:
     assert not QuietWatchers().filter(record(f"Handler '{handler}' succeeded."))
 

@@ -5,7 +5,6 @@ of the operator's pool, kept between passes, and a busy one is left out, not gue
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 from pathlib import Path
@@ -54,7 +53,7 @@ def test_a_sidecar_url_template_may_name_the_pod() -> None:
 
 
 def test_a_ready_running_pod_counts() -> None:
-    assert asyncio.run(watched.pods(pod())) == {("shop", "orders"): ("10.0.0.7", "orders-abc")}
+    assert watched.pod_kept(pod()) == {("shop", "orders"): ("10.0.0.7", "orders-abc")}
 
 
 @pytest.mark.parametrize(
@@ -66,7 +65,7 @@ def test_unready_terminating_or_unaddressed_pods_do_not_count(candidate: kopf.Bo
     """Review of issue 22: ``None`` left a pod that went unready or began terminating in the
     index (kopf keeps the last entry), so its sidecar was still asked; an empty result
     takes it out."""
-    assert asyncio.run(watched.pods(candidate)) == {}
+    assert watched.pod_kept(candidate) == {}
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ committed ones (``committed.py``) and share groups' states (``share_lag.py``), t
 through Kafka's Java admin where the operator has it (``java_admin.py``); a group's lag from
 it (``lag_reader.py``), the credentials a ConsumerGroup names (``credentials.py``), its
 sidecars' ``/status`` (``sidecars.py``, over kept-alive connections: ``http_pool.py``) and
-what the watches hold of the objects it owns (``watched.py``).
+what the watches hold of the groups and the objects they own (``watched.py``, kept by watches of
+its own: ``informers.py``).
 
 Must not import: the reconciling passes or the handlers; below it is only ``policy``.
 """

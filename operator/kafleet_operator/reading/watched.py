@@ -1,14 +1,23 @@
-"""What the operator's watches hold of the objects it owns: read by the passes, never fetched.
+"""What the operator's watches hold: the ConsumerGroups, and of the objects it owns what a pass
+reads; read by the passes, never fetched.
 
-Owns: three kopf indexes (coroutines: they do no I/O, so kopf runs them in its event loop,
-never queued behind the reconciles on its threads), fed by the watches the operator keeps
-anyway (every Deployment, ConfigMap and pod labelled managed-by kafleet-operator, filtered by
-the API server): each
-group's Deployment, its worker ConfigMap, and its pods that count (Ready, with an address,
-not terminating), each trimmed to what a pass reads, so a thousand groups cost no API call
-per pass and little memory; and the lookups by group (``deployment``, ``config_map``,
-``pods``), bound once at startup (``bind``). An index is as fresh as its watch: a pass that
-is about to write from what it read (the tuner) reads the object itself first.
+Owns: every group as kopf last handed it over (``groups``, kept by ``remember``, which a kopf
+event handler calls for each event of a group: there from kopf's first sight of the group until
+it is deleted); three stores (``informers.py``) fed by watches of the operator's own of the
+Deployments, ConfigMaps and pods labelled managed-by kafleet-operator (filtered by the API
+server): each group's Deployment, its worker ConfigMap, and its pods that count (Ready, with
+an address, not terminating), each trimmed to what a pass reads, so a thousand groups cost no
+API call per pass and little memory; the namespaces those watches cover (every namespace at
+once when the operator watches the whole cluster, else each namespace from its first group on:
+glob patterns and namespaces made later need nothing more, and a Role in each namespace does);
+whether a namespace's stores are complete (``ready``: a pass that took a Deployment not yet
+listed for one deleted would put it back); and the lookups by group (``deployment``,
+``config_map``, ``ready_pods``). An entry is as fresh as its watch: a pass that is about to
+write from what it read (the tuner) reads the object itself first.
+
+Not kopf's indexes: kopf holds every handler until its indexes are filled, in time quadratic
+in the objects it watches (``informers.py`` says why); with none, kopf hands each group over
+as soon as it is listed.
 
 Does not own putting objects back (``owned.py``) or what a pass does with them.
 """
@@ -16,28 +25,36 @@ Does not own putting objects back (``owned.py``) or what a pass does with them.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import kopf
+from kubernetes import client as k8s
 
 from kafleet_operator.policy import builders
+from kafleet_operator.reading import informers
 
-Key = tuple[str, str]  # (namespace, group name)
+Key = informers.Key  # (namespace, group name), or (namespace, object name)
 MANAGED = {"app.kubernetes.io/managed-by": builders.labels("")["app.kubernetes.io/managed-by"]}
+SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
 INSTANCE = "app.kubernetes.io/instance"
+ALL: None = None  # the namespace of the watches of the whole cluster
+groups: dict[Key, tuple[dict[str, Any], ...]] = {}
 _indexes: dict[str, Mapping[Key, Any]] = {}
+_informers: dict[str | None, list[informers.Informer]] = {}
+_lock = threading.Lock()
+_api: k8s.ApiClient | None = None
+_clusterwide = False
 
 
 def _group(meta: Mapping[str, Any]) -> str | None:
     return (meta.get("labels") or {}).get(INSTANCE)
 
 
-@kopf.index("apps", "v1", "deployments", labels=MANAGED)
-async def deployments(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+def deployment_kept(body: Mapping[str, Any]) -> dict[Key, dict[str, Any]]:
     """A group's Deployment: its metadata (owners, generation), spec and status; the
     template's containers keep only their names and images."""
-    meta, spec = body.metadata, dict(body.spec)
+    meta, spec = body["metadata"], dict(body.get("spec") or {})
     template = copy.deepcopy(spec.get("template") or {})
     pod = template.get("spec") or {}
     pod["containers"] = [
@@ -51,14 +68,13 @@ async def deployments(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
             "ownerReferences": copy.deepcopy(meta.get("ownerReferences") or []),
         },
         "spec": {"replicas": spec.get("replicas"), "template": template},
-        "status": copy.deepcopy(dict(body.status)),
+        "status": copy.deepcopy(dict(body.get("status") or {})),
     }
     return {(meta["namespace"], meta["name"]): trimmed}
 
 
-@kopf.index("v1", "configmaps", labels=MANAGED)
-async def config_maps(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
-    meta = body.metadata
+def config_map_kept(body: Mapping[str, Any]) -> dict[Key, dict[str, Any]]:
+    meta = body["metadata"]
     kept = {
         "metadata": {"name": meta.get("name"), "annotations": dict(meta.get("annotations") or {})},
         "data": dict(body.get("data") or {}),
@@ -66,11 +82,9 @@ async def config_maps(body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
     return {(meta["namespace"], meta["name"]): kept}
 
 
-@kopf.index("v1", "pods", labels=MANAGED)
-async def pods(body: kopf.Body, **_: Any) -> dict[Key, tuple[str, str]]:
-    """A group's pod that counts: (its address, its name); none for one that does not (an
-    empty result takes the pod out of the index: kopf keeps the last entry for ``None``)."""
-    meta, status = body.metadata, body.status
+def pod_kept(body: Mapping[str, Any]) -> dict[Key, tuple[str, str]]:
+    """A group's pod that counts: (its address, its name); none for one that does not."""
+    meta, status = body["metadata"], body.get("status") or {}
     group = _group(meta)
     if group is None or meta.get("deletionTimestamp"):
         return {}
@@ -81,9 +95,85 @@ async def pods(body: kopf.Body, **_: Any) -> dict[Key, tuple[str, str]]:
     return {(meta["namespace"], group): (str(status["podIP"]), str(meta["name"]))}
 
 
-def bind(**indexes: Mapping[Key, Any]) -> None:
-    """Keep the indexes kopf passes to a startup handler, for the passes to read."""
-    _indexes.update(indexes)
+def _kinds(api: k8s.ApiClient) -> dict[str, tuple[Callable[..., Any], Callable[..., Any], Any]]:
+    """Each store's list calls (of one namespace, of all) and what it keeps of an object."""
+    apps, core = k8s.AppsV1Api(api), k8s.CoreV1Api(api)
+    return {
+        "deployments": (
+            apps.list_namespaced_deployment,
+            apps.list_deployment_for_all_namespaces,
+            deployment_kept,
+        ),
+        "config_maps": (
+            core.list_namespaced_config_map,
+            core.list_config_map_for_all_namespaces,
+            config_map_kept,
+        ),
+        "pods": (core.list_namespaced_pod, core.list_pod_for_all_namespaces, pod_kept),
+    }
+
+
+def start(api: k8s.ApiClient, clusterwide: bool) -> None:
+    """Watch with ``api`` from now on: the whole cluster at once (``clusterwide``), else each
+    namespace once a group there is seen (``remember``)."""
+    global _api, _clusterwide
+    with _lock:
+        _api, _clusterwide = api, clusterwide
+        for name in ("deployments", "config_maps", "pods"):
+            _indexes[name] = informers.Store()
+    if clusterwide:
+        follow(ALL)
+
+
+def follow(namespace: str | None) -> None:
+    """Watch ``namespace`` (``ALL``: every one) from now on, if not yet."""
+    with _lock:
+        where = ALL if _clusterwide else namespace
+        if _api is None or where in _informers:
+            return
+        started: list[informers.Informer] = []
+        for name, (one, every, trim) in _kinds(_api).items():
+            store = _indexes[name]
+            assert isinstance(store, informers.Store)
+            lister: Callable[..., Any] = every if where is ALL else _bound(one, where)
+            started.append(informers.Informer(name, lister, where, SELECTOR, trim, store).start())
+        _informers[where] = started
+
+
+def _bound(lister: Callable[..., Any], namespace: str) -> Callable[..., Any]:
+    def call(**kwargs: Any) -> Any:
+        return lister(namespace, **kwargs)
+
+    return call
+
+
+def ready(namespace: str) -> bool:
+    """Whether the watches that cover ``namespace`` have listed it, each at least once."""
+    found = _informers.get(ALL if _clusterwide else namespace)
+    return bool(found) and all(informer.listed.is_set() for informer in found or ())
+
+
+def stop() -> None:
+    with _lock:
+        for started in _informers.values():
+            for informer in started:
+                informer.stop()
+        _informers.clear()
+
+
+def remember(event: str | None, body: Mapping[str, Any]) -> None:
+    """A group's event as kopf hands it over (``None``: listed): kept as last seen, gone when
+    deleted; and its namespace watched."""
+    meta = body["metadata"]
+    key = (str(meta["namespace"]), str(meta["name"]))
+    if event == "DELETED":
+        if any(kept["metadata"]["uid"] == meta["uid"] for kept in groups.get(key, ())):
+            groups.pop(key, None)
+        return
+    kept = copy.deepcopy(dict(body))
+    kept["metadata"].pop("managedFields", None)  # the bulk of an object, and never read
+    groups[key] = (kept,)
+    follow(key[0])
 
 
 def _one(index: str, key: Key) -> dict[str, Any] | None:

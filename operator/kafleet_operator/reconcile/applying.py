@@ -48,8 +48,8 @@ from kafleet_operator.reconcile.kube import api_message, apply
 log = logging.getLogger("kafleet.operator")
 
 # The groups kopf has handed to this process (created, updated or resumed), led or not: the
-# periodic pass observes only those. kopf resumes a group only once its indexes are filled, so
-# a pass never reads a half-listed index (and takes a Deployment not yet seen for one deleted).
+# periodic pass observes those, and before kopf resumes them, those whose status says their
+# generation is applied (``applied``); the others wait for kopf's create, update or resume.
 listed: set[str] = set()
 # Of those, the groups this process has reconciled while leading their shard (``adopt`` does it
 # for one whose shard it came to lead after kopf had handed it over).

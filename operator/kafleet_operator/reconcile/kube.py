@@ -116,18 +116,29 @@ class TimedApiClient(k8s.ApiClient):
         return super().call_api(*args, **kwargs)
 
 
+def _configuration() -> k8s.Configuration:
+    configuration = k8s.Configuration()
+    try:
+        k8s_config.load_incluster_config(configuration)  # type: ignore[no-untyped-call]
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return configuration
+
+
 def client() -> k8s.ApiClient:
     """The operator's one API client: in-cluster, else the kubeconfig. Every call goes through
     it, not through whatever configuration kopf's login left in the library's globals."""
     global _client
     if _client is None:
-        configuration = k8s.Configuration()
-        try:
-            k8s_config.load_incluster_config(configuration)  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        _client = TimedApiClient(configuration)
+        _client = TimedApiClient(_configuration())
     return _client
+
+
+def watch_client() -> k8s.ApiClient:
+    """A client for the watches of the owned objects (``reading/watched.py``), apart from the
+    calls' one: each watch holds a connection for a minute at a time, and sets its own
+    timeouts."""
+    return k8s.ApiClient(_configuration())
 
 
 def api() -> DynamicClient:

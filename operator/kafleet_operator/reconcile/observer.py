@@ -64,7 +64,7 @@ def parse(
 
 def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
     """One periodic pass over one group (``periodic.run`` calls it): observe, write status."""
-    body = kopf.Body(cast(kopf.RawBody, raw))  # the index's own copy; a pass only reads it
+    body = kopf.Body(cast(kopf.RawBody, raw))  # the watch's own copy; a pass only reads it
     patch = kopf.Patch()
     meta = body.metadata
     measured = metrics.series(memo, meta["namespace"], meta["name"], body.spec.get("group_id", ""))

@@ -115,7 +115,7 @@ def _fresh(namespace: str, name: str, uid: str) -> dict[str, Any] | None:
 
 
 def on_event(type: str | None, body: Mapping[str, Any], groups: Mapping[Any, Any]) -> None:
-    """A watch event of an owned object: put it back from its group (in ``groups``, the index
+    """A watch event of an owned object: put it back from its group (in ``groups``, the bodies
     of every watched group by namespace and name) if it was deleted, or changed by anyone but
     this process. The initial listing (``type`` None) is left to the reconcile of each group."""
     meta = body["metadata"]

@@ -4,7 +4,8 @@ Owns: the one loop that replaces a per-resource kopf timer. kopf keeps a finaliz
 object that has a timer or a daemon (``kopf.on.timer`` and ``kopf.on.daemon`` register with
 ``requires_finalizer=True``: it must stop the task before the object goes), so with a timer
 a ConsumerGroup cannot be deleted while the operator is down. Here the groups come from a kopf
-index (kept current by the same watch, removed on deletion, no finalizer).
+event handler (``watched.groups``: kept current by the same watch, removed on deletion, no
+finalizer).
 
 Each interval: every group says where it reads its offsets (``plan``: its cluster and what it
 wants there, or None when it reads nothing: an invalid spec, a missing Secret); each cluster
@@ -129,10 +130,10 @@ async def run(
     observed: Callable[[Body], bool] = lambda body: True,
     kept: Callable[[Body], bool] = lambda body: False,
 ) -> None:
-    """Observe every group of the ``groups`` index every ``interval_s`` until cancelled: those
-    ``observed`` says yes to; the memory of the others is forgotten, but for those ``kept``
-    says yes to (passed over this time only). ``reader_threads``: clusters read at once (a
-    thread waits on each; made as needed)."""
+    """Observe every group of ``groups`` (by key, its bodies) every ``interval_s`` until
+    cancelled: those ``observed`` says yes to; the memory of the others is forgotten, but for
+    those ``kept`` says yes to (passed over this time only). ``reader_threads``: clusters read
+    at once (a thread waits on each; made as needed)."""
     loop = asyncio.get_running_loop()
     state = Pass(observe, workers, reader_threads)
     try:
