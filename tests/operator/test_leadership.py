@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 import kopf
 import pytest
@@ -265,3 +265,81 @@ def test_the_pass_keeps_the_memory_of_a_held_group_and_forgets_the_others() -> N
     assert not series["led"].closed
     assert not series["late"].closed
     assert series["gone"].closed
+
+
+class Target:
+    def __init__(self, key: str) -> None:
+        self.key, self.want = key, key
+
+
+class Readers:
+    """Stands in for the reading processes: records what each cluster was asked."""
+
+    asked: ClassVar[dict[str, list[list[Any]]]] = {}
+
+    def get(self, target: Target) -> Any:
+        asked = Readers.asked.setdefault(target.key, [])
+
+        class Reader:
+            bootstrap = target.key
+
+            def read(self, wants: list[Any]) -> dict[str, Any]:
+                asked.append(list(wants))
+                return {}
+
+        return Reader()
+
+    def __len__(self) -> int:
+        return len(Readers.asked)
+
+    def sweep(self, busy: set[str]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_standby_keeps_a_connection_to_each_cluster_of_the_groups_others_lead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two groups led elsewhere on cluster a, one on b, one led here on c: a and b are asked
+    for nothing but their metadata, once a cluster (not once a group), at the first pass and
+    again once WARM_S has passed; c is read for its own group only."""
+    monkeypatch.setattr(periodic.readers, "Readers", Readers)
+    monkeypatch.setattr(periodic, "WARM_S", 3600.0)
+    Readers.asked = {}
+    clusters = {"x1": "a", "x2": "a", "y": "b", "mine": "c"}
+    bodies = [group(name, f"u-{name}") for name in clusters]
+
+    def asked(key: str) -> int:
+        return len(Readers.asked.get(key, []))
+
+    async def until(done: Callable[[], bool]) -> None:
+        for _ in range(100):
+            if done():
+                return
+            await asyncio.sleep(0.05)
+
+    async def passes() -> None:
+        run = asyncio.ensure_future(
+            periodic.run(
+                {"all": bodies},
+                lambda body, memo: None,
+                lambda body, memo: Target(clusters[body["metadata"]["name"]]),
+                interval_s=0.05,
+                observed=lambda body: body["metadata"]["name"] == "mine",
+            )
+        )
+        await until(lambda: asked("a") and asked("b") and asked("c") >= 3)
+        assert (asked("a"), asked("b")) == (1, 1)  # one a cluster, however many groups
+        monkeypatch.setattr(periodic, "WARM_S", 0.0)  # the next pass warms again
+        await until(lambda: asked("a") >= 2 and asked("b") >= 2)
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+
+    asyncio.run(passes())
+    assert asked("a") >= 2
+    assert asked("b") >= 2
+    assert all(wants == [] for key in "ab" for wants in Readers.asked[key])
+    assert all(wants == ["c"] for wants in Readers.asked["c"])
