@@ -17,13 +17,14 @@ then the groups applied server-side in chunks and timed until every one is Ready
 configuration from nothing, so that none inherits another's apiserver state;
 ``KAFLEET_B9_RESTART_S`` times a restart of its operators over the groups already there, after
 each configuration's step: every group passed again 55 s after a restart at 3,000 groups on a
-loaded machine, with the operator's own caches in place of kopf's indexes). Then (``fleet_scale_run.py``) 30 s to rest, a window at rest: the
-processes from /proc (CPU summed, RSS, threads and connections to the broker summed and the
-largest process's), the broker's requests (JMX), the apiserver's requests (its /metrics, Leases
-and nodes left out) and the operators' own Lease writes (a watch); then the lag step and, per
-group, the time to the decision (the ConsumerGroup's ``spec.replicas``) and to its Deployment's
-8 replicas; then the stepped groups' offsets back at the log end (every configuration's groups
-are the same Kafka groups), and the namespace deleted, timed, before the next configuration.
+loaded machine, with the operator's own caches in place of kopf's indexes). Then
+(``fleet_scale_run.py``) 30 s to rest, a window at rest: the processes from /proc (CPU summed,
+RSS, threads and connections to the broker summed and the largest process's), the broker's
+requests (JMX), the apiserver's requests (its /metrics, Leases and nodes left out) and the
+operators' own Lease writes (a watch); then the lag step and, per group, the time to the
+decision (the ConsumerGroup's ``spec.replicas``) and to its Deployment's 8 replicas; then the
+stepped groups' offsets back at the log end (every configuration's groups are the same Kafka
+groups), and the namespace deleted, timed, before the next configuration.
 KEDA: ``fleet_scale_keda.py``, timed from the ScaledObjects' apply.
 
 The lag step: 2,000 records (250 a partition) into each of as many random whole topics as hold
