@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,10 @@ def _names(module: str, name: str) -> bool:
     return module.split("_", 1)[0] == name if "_" not in name else module.startswith(name)
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
@@ -37,6 +42,10 @@ def main() -> int:
         print(f"no benchmark matches {args.names}; there are: {discover()}", file=sys.stderr)
         return 2
 
+    # A SIGTERM (``timeout``, a CI job cancelled) unwinds like Ctrl-C: every benchmark's own
+    # ``finally`` stops what it started (control planes, KEDA, operators, the broker), where
+    # the default action left them running.
+    signal.signal(signal.SIGTERM, _interrupted)
     # A broker folder per run: two benchmarks at once (B8 on the real node, B9 on kwok) must not
     # empty each other's; a killed run's folder and broker go at the next run's start.
     runs = kafka_infra.CACHE / "runs" / "bench-sessions"
