@@ -212,7 +212,7 @@ def test_a_revoke_waits_for_the_sinks_write_by_the_sinks_write_time_not_the_hand
     assert shipper.drain([TP], timeout=5)  # one write timed: the sink's recent p99 is 0.4 s
     shipper.assign([TP])
     handle(shipper, offsets, *range(3, 6))
-    poller = MagicMock(closing=False, shipper=shipper, assigned={TP}, queues=queues)
+    poller = MagicMock(shipper=shipper, assigned={TP}, queues=queues, drain_deadline=None)
     poller.config.effective_revoke_policy = "wait"
     poller.config.drain_timeout_s = 10.0
     poller.config.guarantee = "exactly-once"
@@ -233,13 +233,15 @@ class SlowerEachTime(MemorySink):
         super().write(prepared)
 
 
+@pytest.mark.parametrize("policy", ["abandon", "wait"])
 def test_an_exactly_once_revoke_waits_for_a_write_far_slower_than_the_recent_ones(
-    parts: tuple[OffsetTracker, WorkQueues],
+    parts: tuple[OffsetTracker, WorkQueues], policy: str
 ) -> None:
     """Exactly once, the next owner rewrites whatever was not committed: a write still running
     when the revoke returns lands beside that rewrite and Delta fails one of them. The revoke
     waits up to drain_timeout_s, not 3 x the recent p99 (CI, a loaded machine: the second
-    worker's write failed)."""
+    worker's write failed), and with ``abandon`` too, exactly-once's default (it concerns the
+    handlers: a review found the first fix waited for nothing there)."""
     offsets, queues = parts
     sink = SlowerEachTime()
     shipper = ship(sink, parts, linger_s=3600)
@@ -247,8 +249,8 @@ def test_an_exactly_once_revoke_waits_for_a_write_far_slower_than_the_recent_one
     assert shipper.drain([TP], timeout=5)  # one write timed: the sink's recent p99 is 10 ms
     shipper.assign([TP])
     handle(shipper, offsets, *range(3, 6))
-    poller = MagicMock(closing=False, shipper=shipper, assigned={TP}, queues=queues)
-    poller.config.effective_revoke_policy = "wait"
+    poller = MagicMock(shipper=shipper, assigned={TP}, queues=queues, drain_deadline=None)
+    poller.config.effective_revoke_policy = policy
     poller.config.drain_timeout_s = 10.0
     poller.config.guarantee = "exactly-once"
     rebalance = Rebalance(poller, lambda: 0.001)
@@ -259,6 +261,33 @@ def test_an_exactly_once_revoke_waits_for_a_write_far_slower_than_the_recent_one
 
     assert landed == list(range(6))
     assert committable(offsets) == 6
+
+
+def test_a_revoke_after_a_stop_waits_for_the_sink_no_longer_than_the_stops_grace(
+    parts: tuple[OffsetTracker, WorkQueues],
+) -> None:
+    """A stop asked for while a poll was under way: that poll's revoke keeps to what is left of
+    the stop's grace (0.2 s here), not drain_timeout_s, though the stop's own loop has not yet
+    begun closing; the 1.5 s write has not landed when it returns, and is not committed."""
+    offsets, queues = parts
+    sink = SlowerEachTime()
+    shipper = ship(sink, parts, linger_s=3600)
+    handle(shipper, offsets, *range(3))
+    assert shipper.drain([TP], timeout=5)
+    shipper.assign([TP])
+    handle(shipper, offsets, *range(3, 6))
+    poller = MagicMock(shipper=shipper, assigned={TP}, queues=queues, closing=False)
+    poller.drain_deadline = time.monotonic() + 0.2
+    poller.config.effective_revoke_policy = "wait"
+    poller.config.drain_timeout_s = 10.0
+    poller.config.guarantee = "exactly-once"
+
+    Rebalance(poller, lambda: 0.001).on_revoke(MagicMock(), [TopicPartition(*TP)])
+    landed = [r.offset for b in sink.batches for r in b.records]
+    shipper.stop()
+
+    assert landed == list(range(3))
+    assert committable(offsets) == 3
 
 
 def test_waiting_results_count_against_the_partitions_queue_bound(

@@ -127,14 +127,9 @@ class Rebalance:
         held = p.hold.drop(tps)
         wait = self._revoke_wait(self._handler_p99())
         drained = p.queues.wait_idle(tps, timeout=wait)
+        sink_wait = 0.0
         if p.shipper is not None:  # write what is done, so the next owner need not redo it
-            # bounded by the sink's own recent write time, not the handler's. Exactly once: by
-            # drain_timeout_s alone, as a write still running when the revoke returns lands
-            # beside the next owner's rewrite of the same offsets and fails it (a write on a
-            # loaded machine may take many times the recent p99)
-            exactly_once = p.config.guarantee == "exactly-once"
-            sink_p99 = None if exactly_once else p.shipper.recent_write_p99()
-            sink_wait = self._revoke_wait(sink_p99)
+            sink_wait = self._sink_wait(p.shipper, started)
             drained = p.shipper.drain(tps, sink_wait) and drained
         if p.config.guarantee == "at-most-once":
             rewinds = _unstarted_rewinds(tps, unstarted, held)
@@ -148,33 +143,52 @@ class Rebalance:
         p.stats.add(revoked=len(tps), rebalances=1)
         p.stats.observe_revoke(started, seconds, tps, timed_out=not drained)
         log.info(
-            "revoked %s in %.3f s (%d queued dropped, waited up to %.3f s, drained: %s, "
-            "committed: %s)",
+            "revoked %s in %.3f s (%d queued dropped, waited up to %.3f s for handlers and "
+            "%.3f s for the sink, drained: %s, committed: %s)",
             tps,
             seconds,
             dropped,
             wait,
+            sink_wait,
             drained,
             committed,
         )
 
     def _revoke_wait(self, p99: float | None) -> float:
-        """How long a revoke waits for the revoked partitions' in-flight records, then again
-        for their sink writes (librdkafka fetches nothing for any partition meanwhile).
-        ``abandon``: not at all; their results are ignored when they end (the queues know the
-        run is no longer current). ``wait``: up to ``drain_timeout_s``, and no longer than a
-        few times the recent p99 latency (``p99``: the handler's, then the sink's writes), so
-        one hung record or write does not hold the whole worker's fetching."""
+        """How long a revoke waits for the revoked partitions' in-flight records (librdkafka
+        fetches nothing for any partition meanwhile). ``abandon``: not at all; their results
+        are ignored when they end (the queues know the run is no longer current). ``wait``: up
+        to ``drain_timeout_s``, and no longer than a few times the recent p99 latency (``p99``:
+        the handler's; the sink's writes, ``_sink_wait``), so one hung record does not hold
+        the whole worker's fetching."""
         p = self.poller
-        deadline = p.drain_deadline
-        if p.closing and deadline is not None and time.monotonic() >= deadline:
-            return 0.0
         if p.config.effective_revoke_policy == "abandon":
             return 0.0
         wait = p.config.drain_timeout_s
         if p99 is not None:
             wait = min(wait, max(REVOKE_WAIT_FLOOR_S, REVOKE_WAIT_P99S * p99))
-        if p.closing and deadline is not None:  # within what is left of the stop's grace
+        return self._within_grace(wait)
+
+    def _sink_wait(self, shipper: ResultShipper, started: float) -> float:
+        """How long a revoke then waits for the revoked partitions' sink writes (those under
+        way, and those of their done results it starts now). Exactly once: whatever
+        ``revoke_policy`` says (it concerns the handlers), as a write that lands after the
+        revoke returns lands beside the next owner's rewrite of the same offsets and Delta
+        fails one of them; a write on a loaded machine may take many times the recent ones.
+        Otherwise as the handlers' wait, by the sink's recent p99 write time. Either way the
+        whole revoke waits no longer than ``drain_timeout_s`` (which the configuration keeps
+        under half of ``max_poll_interval_ms``)."""
+        p = self.poller
+        left = p.config.drain_timeout_s - (time.monotonic() - started)
+        if p.config.guarantee == "exactly-once":
+            return self._within_grace(min(left, p.config.drain_timeout_s))
+        return min(self._revoke_wait(shipper.recent_write_p99()), max(0.0, left))
+
+    def _within_grace(self, wait: float) -> float:
+        """``wait``, within what is left of a stop's grace once a stop was asked for (a revoke
+        served by the poll that was under way when it came included)."""
+        deadline = self.poller.drain_deadline
+        if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
         return max(0.0, wait)
 
