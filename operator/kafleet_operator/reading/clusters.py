@@ -148,14 +148,13 @@ class View:
         """The offsets every group of ``wants`` needs; raises ``KafkaException`` when the
         cluster cannot be reached or refuses the client. No wants: a standby keeping the
         cluster warm for the groups it may come to lead (the metadata, asked once a
-        ``METADATA_TTL_S``, keeps the connection open; Kafka's Java admin made where there is
-        one), so that its first pass as a leader connects to nothing."""
+        ``METADATA_TTL_S``, keeps the connection open), so that its first pass as a leader
+        connects to nothing."""
         self.used_at = time.monotonic()
         deadline = time.monotonic() + TIMEOUT_S
         topics = self.topics(wants, deadline)
         snapshot = Snapshot(topics=topics, at=time.time())
         if not wants:
-            self.java.client()
             return snapshot
         # Two ConsumerGroups may read one Kafka group's partitions (librdkafka refuses a
         # partition twice), and a group with no partition yet (its topics do not exist) asks

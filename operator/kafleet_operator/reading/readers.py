@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.connection
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,7 @@ class Reader:
         self.used_at = time.monotonic()
         self.process: Any = None
         self.conn: multiprocessing.connection.Connection | None = None
+        self._lock = threading.Lock()
 
     def _start(self) -> multiprocessing.connection.Connection:
         ours, theirs = _context.Pipe()
@@ -103,9 +105,10 @@ class Reader:
         """The snapshot, or the ``KafkaException`` that kept it (never raises it). A child
         that dies in a read (librdkafka#5040: a coordinator moving) is replaced and the read
         asked once more at once: the coordinator has usually settled by then."""
-        found = self._once(wants)
-        if isinstance(found, _Died):
+        with self._lock:  # one read at a time on the pipe (a standby's touch, a pass's read)
             found = self._once(wants)
+            if isinstance(found, _Died):
+                found = self._once(wants)
         return found.error if isinstance(found, _Died) else found
 
     def _once(self, wants: list[snapshots.Want]) -> snapshots.Snapshot | KafkaException | _Died:

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
-import time
 from collections.abc import Mapping
 from typing import Any, NoReturn, cast
 
@@ -55,10 +53,6 @@ listed: set[str] = set()
 # for one whose shard it came to lead after kopf had handed it over).
 reconciled: set[str] = set()
 _pauses: dict[str, pause.Pause] = {}  # each group's pause as this process last saw it
-# Adoptions read the groups afresh, a namespace at a time: (monotonic, groups by name).
-FRESH_S = 2.0
-_listings: dict[str, tuple[float, dict[str, dict[str, Any]]]] = {}
-_listing_lock = threading.Lock()
 
 
 def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: int) -> None:
@@ -90,33 +84,36 @@ def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: in
 
 def adopt(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """A group whose shard this pod came to lead after kopf had handed the group over (no
-    kopf event will come for it): judged from the group as the API server holds it now, not
-    from this pod's cache, which may be behind (a standby's copy of a group scaled while it
-    stood by: applied as it was, it scaled the group down to that old count). Reconciled as a
-    resume would, unless its status says its generation was applied without a failure; then
-    nothing is written (the pass puts back any drift of its Deployment, as after a restart). A
-    refusal is recorded in the status; a server's or a name's (which kopf would retry) is
-    tried again at the next pass. The group as read, for the rest of this pass (None: gone)."""
-    meta = raw["metadata"]
-    fresh = _fresh(str(meta["namespace"]), str(meta["name"]))
-    if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
-        return None  # deleted meanwhile (or made again: its own events come)
-    body = kopf.Body(cast(kopf.RawBody, fresh))
-    meta, status = body.metadata, body.status
-    if applied(fresh):
+    kopf event will come for it): reconciled as a resume would, unless its status says its
+    generation was applied without a failure; then nothing is written (the pass puts back any
+    drift of its Deployment, as after a restart). A copy that says it was not is read again
+    (one GET) and judged as the API server holds it: this pod's copy may be behind (a
+    standby's copy of a group scaled while it stood by: applied as it was, it scaled the group
+    down to that old count). A refusal is recorded in the status; a server's or a name's
+    (which kopf would retry) is tried again at the next pass. The group to pass on with, as
+    judged (None: gone, or being deleted)."""
+    body = raw
+    if not applied(raw):
+        fresh = owned.latest(raw)
+        if fresh is None:
+            return None
+        body = fresh
+    group = kopf.Body(cast(kopf.RawBody, body))
+    meta, status = group.metadata, group.status
+    if applied(body):
         reconciled.add(meta["uid"])
-        return fresh
+        return body
     log.info("%s/%s: reconciled on taking its shard", meta["namespace"], meta["name"])
     patch = kopf.Patch()
     try:
-        reconcile(body, status, patch, retry=0)
+        reconcile(group, status, patch, retry=0)
     except kopf.TemporaryError:
         reconciled.discard(meta["uid"])
     except kopf.PermanentError:
         pass  # recorded; an edit runs the reconcile again
     if patch.get("status"):
-        kube.patch_status(body, patch["status"])
-    return fresh
+        kube.patch_status(group, patch["status"])
+    return body
 
 
 def applied(body: Mapping[str, Any]) -> bool:
@@ -124,17 +121,6 @@ def applied(body: Mapping[str, Any]) -> bool:
     status = body.get("status") or {}
     generation = (body.get("metadata") or {}).get("generation")
     return status.get("appliedGeneration") == generation and not status.get("applyFailure")
-
-
-def _fresh(namespace: str, name: str) -> Mapping[str, Any] | None:
-    """The group as the API server holds it, from one list of its namespace shared by every
-    adoption within ``FRESH_S`` (a pod that comes to lead thousands of groups lists once)."""
-    with _listing_lock:
-        at, groups = _listings.get(namespace, (-FRESH_S, {}))
-        if time.monotonic() - at >= FRESH_S:
-            groups = kube.list_groups(namespace)
-            _listings[namespace] = (time.monotonic(), groups)
-    return groups.get(name)
 
 
 def _owner(body: kopf.Body) -> dict[str, Any]:

@@ -246,12 +246,20 @@ def _apply(
         if decision.reason not in ("Steady", "External"):
             log.debug("%s: %s (%s)", body.metadata["name"], decision.reason, why)
         return
+    if not kube.scale(body, decision.replicas, expected=decision.current):
+        log.info(
+            "%s/%s: not scaled from %d: the group has changed since this copy of it; the "
+            "next pass decides again",
+            body.metadata["namespace"],
+            body.metadata["name"],
+            decision.current,
+        )
+        return
     if decision.replicas > decision.current:
         memo["steps"] = [s for s in memo["steps"] if now - s[0] < 3600]
         memo["steps"].append((now, decision.current))
     memo["last_scale"] = now
     message = f"replicas {decision.current} -> {decision.replicas}: {why}"
-    kube.scale(body, decision.replicas)
     _deployment_to(body, parsed, decision.replicas)
     if measured := metrics.of(memo):
         measured.scaled(decision.current, decision.replicas)

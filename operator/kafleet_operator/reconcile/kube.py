@@ -21,7 +21,7 @@ import datetime
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import urllib3
 from kubernetes import client as k8s
@@ -215,35 +215,29 @@ def patch_status(body: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str
     return dict(written) if isinstance(written, Mapping) else {}
 
 
-def list_groups(namespace: str) -> dict[str, dict[str, Any]]:
-    """Every ConsumerGroup of ``namespace`` as the API server holds it now (one list call, a
-    consistent read), by name, without their managed fields."""
-    listed = cast(
-        Mapping[str, Any],
-        k8s.CustomObjectsApi(client()).list_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL
-        ),
-    )
-    found: dict[str, dict[str, Any]] = {}
-    for item in listed.get("items") or []:
-        item.get("metadata", {}).pop("managedFields", None)
-        found[item["metadata"]["name"]] = item
-    return found
-
-
-def scale(body: Mapping[str, Any], replicas: int) -> None:
+def scale(body: Mapping[str, Any], replicas: int, expected: int | None = None) -> bool:
     """``spec.replicas`` of the ConsumerGroup through its scale subresource (as ``kubectl
-    scale`` and an HPA write it)."""
+    scale`` and an HPA write it). With ``expected`` (the count a decision started from): only
+    if the group, read again, still has that count, and unchanged since that read (its
+    resourceVersion as a precondition): a decision made from a copy behind the server's (a
+    pod that came to lead a group scaled while it stood by) is not written. False then."""
     meta = body["metadata"]
-    with leadership.writing(meta["namespace"], meta["name"]):
-        k8s.CustomObjectsApi(client()).patch_namespaced_custom_object_scale(
-            GROUP,
-            VERSION,
-            meta["namespace"],
-            PLURAL,
-            meta["name"],
-            {"spec": {"replicas": replicas}},
-        )
+    namespace, name = meta["namespace"], meta["name"]
+    patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+    api = k8s.CustomObjectsApi(client())
+    if expected is not None:
+        now: Any = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        if now["spec"].get("replicas") != expected:
+            return False
+        patch["metadata"] = {"resourceVersion": now["metadata"]["resourceVersion"]}
+    with leadership.writing(namespace, name):
+        try:
+            api.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, name, patch)
+        except k8s.ApiException as exc:
+            if exc.status == 409 and expected is not None:  # changed since the read
+                return False
+            raise
+    return True
 
 
 def post_event(body: Mapping[str, Any], reason: str, message: str) -> None:

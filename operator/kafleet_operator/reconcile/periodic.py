@@ -16,9 +16,8 @@ and as soon as a cluster's snapshot is in, each of its groups is observed in a w
 of one group at once, nor two reads of one cluster: a cluster whose read outlives the
 interval is left out of the next one. Each group has its own memory (its lag history),
 forgotten when the group is gone or another operator pod leads it; a cluster no group reads
-any more is let go after a while. A standby stays ready to lead: every ``WARM_S`` it plans the
-groups other pods lead and asks each of their clusters for its metadata alone (``warm``), so
-their reading processes, connections and Java admins are there when a shard comes its way.
+any more is let go after a while. A standby stays ready to lead: the clusters of the groups
+other pods lead are kept warm in the background (``standby.py``).
 
 Does not own what a pass does (``observer.py``) or reading Kafka (``clusters.py``,
 ``readers.py``).
@@ -35,7 +34,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from kafleet_operator.reading import lag_reader, readers, snapshots
-from kafleet_operator.reconcile import metrics
+from kafleet_operator.reconcile import metrics, standby
 
 log = logging.getLogger("kafleet.operator")
 Body = Mapping[str, Any]
@@ -43,9 +42,6 @@ Memo = dict[str, Any]
 Plan = Callable[[Body, Memo], snapshots.Target | None]
 Member = tuple[str, Body, Memo, snapshots.Target]
 KAFKA = "kafka"  # the memo's key for (this pass's snapshot or error, the group's want)
-# A standby plans the groups other pods lead this often, and asks each of their clusters it
-# reads for none of its own groups for its metadata (``clusters.View.read`` with no wants).
-WARM_S = 60.0
 
 
 def _guarded(observe: Callable[[Body, Memo], None], body: Body, memo: Memo) -> None:
@@ -92,10 +88,7 @@ class Pass:
         self.running: dict[str, asyncio.Future[Any] | concurrent.futures.Future[None]] = {}
         self.reads: dict[str, asyncio.Future[None]] = {}
         self.memos: dict[str, Memo] = {}
-        # The groups other pods lead, planned only (their spec parsed, their Secrets read):
-        # where their clusters are, to keep a connection to each.
-        self.standing: dict[str, Memo] = {}
-        self.warmed_at: float | None = None
+        self.warmth = standby.Warmth(self.views)  # the clusters of groups others lead
 
     def busy(self, uid: str) -> bool:
         return uid in self.running and not self.running[uid].done()
@@ -116,36 +109,16 @@ class Pass:
             memo[KAFKA] = (snapshot, target.want)
             self.start(uid, body, memo)
 
-    async def warm(self, plan: Plan, elsewhere: list[tuple[str, Body]], reading: set[str]) -> None:
-        """Keep a connection to every cluster of the groups other pods lead that this pass did
-        not read for its own groups (``reading``): a pod that comes to lead them reads at once
-        (no process to start, no JVM, no connection to make). A cluster read lately costs
-        nothing more: its metadata is asked once a minute."""
-        others = {uid for uid, _ in elsewhere}
-        for uid in [u for u in self.standing if u not in others]:
-            forget(self.standing.pop(uid))
-        due = [(uid, body, self.standing.setdefault(uid, {})) for uid, body in elsewhere]
-        loop = asyncio.get_running_loop()
-        targets = await loop.run_in_executor(self.pool, _planned, plan, due)
-        clusters = {t.key: t for t in targets if t is not None and t.key not in reading}
-        for key, target in clusters.items():
-            if key in self.reads and not self.reads[key].done():
-                continue
-            self.reads[key] = asyncio.ensure_future(self._touch(self.views.get(target)))
-
-    async def _touch(self, reader: readers.Reader) -> None:
-        found = await asyncio.get_running_loop().run_in_executor(self.waiting, reader.read, [])
-        if isinstance(found, KafkaException):  # its groups' leader will say it (Degraded)
-            log.debug("keeping %s warm: %s", reader.bootstrap, found)
-
     def forget(self, seen: set[str]) -> None:
         for uid in [u for u in self.memos if u not in seen and not self.busy(u)]:
             self.running.pop(uid, None)
             forget(self.memos.pop(uid))
-        self.views.sweep({k for k, read in self.reads.items() if not read.done()})
+        reading = {k for k, read in self.reads.items() if not read.done()}
+        self.views.sweep(reading | self.warmth.busy())
         metrics.KAFKA_CLUSTERS.set(len(self.views))
 
     def close(self) -> None:
+        self.warmth.close()
         self.views.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.waiting.shutdown(wait=False, cancel_futures=True)
@@ -172,7 +145,7 @@ async def run(
             started = loop.time()
             seen: set[str] = set()
             due: list[tuple[str, Body, Memo]] = []
-            elsewhere: list[tuple[str, Body]] = []
+            elsewhere: list[Body] = []  # groups other pods lead
             for store in list(groups.values()):
                 for body in list(store):
                     uid = str(body["metadata"]["uid"])
@@ -180,7 +153,7 @@ async def run(
                         if kept(body):
                             seen.add(uid)
                         else:
-                            elsewhere.append((uid, body))
+                            elsewhere.append(body)
                         continue
                     seen.add(uid)
                     if not state.busy(uid):
@@ -200,9 +173,9 @@ async def run(
                 state.reads[key] = read
                 for uid, *_ in members:
                     state.running[uid] = read
-            if state.warmed_at is None or started - state.warmed_at >= WARM_S:
-                state.warmed_at = started
-                await state.warm(plan, elsewhere, set(by_cluster))
+            if state.warmth.due(started):
+                own = {members[0][3].bootstrap for members in by_cluster.values()}
+                state.warmth.start(started, plan, standby.choose(elsewhere, own))
             await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
     finally:
         state.close()
