@@ -27,6 +27,7 @@ def _names(module: str, name: str) -> bool:
 
 
 def _interrupted(signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one would cut the clean-up short
     raise KeyboardInterrupt(f"signal {signum}")
 
 
