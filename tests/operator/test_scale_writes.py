@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import kubernetes
 import pytest
 
 from kafleet_operator.reconcile import kube
@@ -18,12 +19,14 @@ from tests.operator.conftest import apply, consumer_group, get
 @pytest.fixture
 def edge(k8s: K8s, crd: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The operator's API client, pointed at the test's apiserver."""
-    monkeypatch.setenv("KUBECONFIG", str(k8s.kubeconfig))
-    monkeypatch.setattr(kube, "_client", None)
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=str(k8s.kubeconfig), client_configuration=configuration
+    )
+    client = kube.TimedApiClient(configuration)
+    monkeypatch.setattr(kube, "_client", client)
     yield
-    if kube._client is not None:
-        kube._client.close()
-    kube._client = None
+    client.close()
 
 
 def spec_replicas(k8s: K8s, namespace: str) -> int:
