@@ -206,7 +206,8 @@ def rows(measured: Measured) -> dict[str, float | str | None]:
             f"  {r} per tick": kafka[r] / kafka_ticks
             for r in ("ListOffsets", "Metadata", "OffsetFetch", "FindCoordinator")
         },
-        "apiserver writes/min at rest": probe.writes(m.api_per_min),
+        "apiserver writes/min at rest, Events left out": probe.writes(m.api_per_min),
+        "Events posted/min at rest, any component's": probe.events(m.api_per_min),
         "apiserver requests/min at rest": sum(m.api_per_min.values()),
         "Lease writes/min, the operators' (watched)": m.lease_writes_per_min,
         "Lease requests/min, kwok's nodes' too": sum(m.lease_api_per_min.values()) or None,
