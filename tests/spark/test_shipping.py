@@ -200,29 +200,44 @@ class SlowSink(MemorySink):
         super().write(prepared)
 
 
+def revoked_after_a_timed_write(
+    parts: tuple[OffsetTracker, WorkQueues],
+    sink: MemorySink,
+    *,
+    guarantee: str = "exactly-once",
+    policy: str = "wait",
+    deadline: float | None = None,
+) -> list[int]:
+    """Offsets 0-2 written (the sink's recent write time measured), 3-5 done, then their
+    partition revoked (1 ms handlers, drain_timeout_s 10 s; ``deadline``: a stop's): the
+    offsets in the sink when the revoke returned."""
+    offsets, queues = parts
+    shipper = ship(sink, parts, linger_s=3600)
+    handle(shipper, offsets, *range(3))
+    assert shipper.drain([TP], timeout=5)
+    shipper.assign([TP])
+    handle(shipper, offsets, *range(3, 6))
+    poller = MagicMock(shipper=shipper, assigned={TP}, queues=queues, drain_deadline=deadline)
+    poller.config.effective_revoke_policy = policy
+    poller.config.drain_timeout_s = 10.0
+    poller.config.guarantee = guarantee
+
+    Rebalance(poller, lambda: 0.001).on_revoke(MagicMock(), [TopicPartition(*TP)])
+    landed = [r.offset for b in sink.batches for r in b.records]
+    shipper.stop()
+    return landed
+
+
 def test_a_revoke_waits_for_the_sinks_write_by_the_sinks_write_time_not_the_handlers(
     parts: tuple[OffsetTracker, WorkQueues],
 ) -> None:
     """Handlers of 1 ms, writes of 0.4 s: a revoke bounded by the handler's p99 would return
-    while the write runs, and it would land beside the next owner's (Delta fails one)."""
-    offsets, queues = parts
-    sink = SlowSink()
-    shipper = ship(sink, parts, linger_s=3600)
-    handle(shipper, offsets, *range(3))
-    assert shipper.drain([TP], timeout=5)  # one write timed: the sink's recent p99 is 0.4 s
-    shipper.assign([TP])
-    handle(shipper, offsets, *range(3, 6))
-    poller = MagicMock(shipper=shipper, assigned={TP}, queues=queues, drain_deadline=None)
-    poller.config.effective_revoke_policy = "wait"
-    poller.config.drain_timeout_s = 10.0
-    poller.config.guarantee = "exactly-once"
-    rebalance = Rebalance(poller, lambda: 0.001)
+    while the write runs, and the next owner would redo it. At least once, where the wait is
+    the sink's recent p99 (exactly once waits drain_timeout_s, below)."""
+    landed = revoked_after_a_timed_write(parts, SlowSink(), guarantee="at-least-once")
 
-    rebalance.on_revoke(MagicMock(), [TopicPartition(*TP)])
-    shipper.stop()
-
-    assert [r.offset for b in sink.batches for r in b.records] == list(range(6))
-    assert committable(offsets) == 6
+    assert landed == list(range(6))
+    assert committable(parts[0]) == 6
 
 
 class SlowerEachTime(MemorySink):
@@ -242,25 +257,10 @@ def test_an_exactly_once_revoke_waits_for_a_write_far_slower_than_the_recent_one
     waits up to drain_timeout_s, not 3 x the recent p99 (CI, a loaded machine: the second
     worker's write failed), and with ``abandon`` too, exactly-once's default (it concerns the
     handlers: a review found the first fix waited for nothing there)."""
-    offsets, queues = parts
-    sink = SlowerEachTime()
-    shipper = ship(sink, parts, linger_s=3600)
-    handle(shipper, offsets, *range(3))
-    assert shipper.drain([TP], timeout=5)  # one write timed: the sink's recent p99 is 10 ms
-    shipper.assign([TP])
-    handle(shipper, offsets, *range(3, 6))
-    poller = MagicMock(shipper=shipper, assigned={TP}, queues=queues, drain_deadline=None)
-    poller.config.effective_revoke_policy = policy
-    poller.config.drain_timeout_s = 10.0
-    poller.config.guarantee = "exactly-once"
-    rebalance = Rebalance(poller, lambda: 0.001)
-
-    rebalance.on_revoke(MagicMock(), [TopicPartition(*TP)])
-    landed = [r.offset for b in sink.batches for r in b.records]
-    shipper.stop()
+    landed = revoked_after_a_timed_write(parts, SlowerEachTime(), policy=policy)
 
     assert landed == list(range(6))
-    assert committable(offsets) == 6
+    assert committable(parts[0]) == 6
 
 
 def test_a_revoke_after_a_stop_waits_for_the_sink_no_longer_than_the_stops_grace(
@@ -269,25 +269,11 @@ def test_a_revoke_after_a_stop_waits_for_the_sink_no_longer_than_the_stops_grace
     """A stop asked for while a poll was under way: that poll's revoke keeps to what is left of
     the stop's grace (0.2 s here), not drain_timeout_s, though the stop's own loop has not yet
     begun closing; the 1.5 s write has not landed when it returns, and is not committed."""
-    offsets, queues = parts
-    sink = SlowerEachTime()
-    shipper = ship(sink, parts, linger_s=3600)
-    handle(shipper, offsets, *range(3))
-    assert shipper.drain([TP], timeout=5)
-    shipper.assign([TP])
-    handle(shipper, offsets, *range(3, 6))
-    poller = MagicMock(shipper=shipper, assigned={TP}, queues=queues, closing=False)
-    poller.drain_deadline = time.monotonic() + 0.2
-    poller.config.effective_revoke_policy = "wait"
-    poller.config.drain_timeout_s = 10.0
-    poller.config.guarantee = "exactly-once"
-
-    Rebalance(poller, lambda: 0.001).on_revoke(MagicMock(), [TopicPartition(*TP)])
-    landed = [r.offset for b in sink.batches for r in b.records]
-    shipper.stop()
+    deadline = time.monotonic() + 0.2
+    landed = revoked_after_a_timed_write(parts, SlowerEachTime(), deadline=deadline)
 
     assert landed == list(range(3))
-    assert committable(offsets) == 3
+    assert committable(parts[0]) == 3
 
 
 def test_waiting_results_count_against_the_partitions_queue_bound(

@@ -181,7 +181,7 @@ class Rebalance:
         p = self.poller
         left = p.config.drain_timeout_s - (time.monotonic() - started)
         if p.config.guarantee == "exactly-once":
-            return self._within_grace(min(left, p.config.drain_timeout_s))
+            return self._within_grace(left)
         return min(self._revoke_wait(shipper.recent_write_p99()), max(0.0, left))
 
     def _within_grace(self, wait: float) -> float:
