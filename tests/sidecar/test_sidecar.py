@@ -85,9 +85,14 @@ def test_metrics_carry_the_lag_the_admin_api_reports_and_a_hung_handler_turns_he
     body = get(url + "/healthz")[1]
     assert f"{topic}[0]: a record has been in its handler" in body
     assert "processing_timeout_s 3" in body
-    status, text = get(url + "/metrics")  # the sidecar answers while the worker hangs
+    # /metrics answers while the worker hangs; its page may be a second older than /healthz's answer
+    wait_until(
+        lambda: metric(get(url + "/metrics")[1], "kafleet_healthy", group=group) == 0,
+        5,
+        "kafleet_healthy 0 on /metrics",
+    )
+    status, text = get(url + "/metrics")
     assert status == 200
-    assert metric(text, "kafleet_healthy", group=group) == 0
     assert metric(text, "kafleet_partition_in_flight_records", topic=topic, partition="0") == 1
 
     prometheus = start_prometheus(tmp_path / "prometheus", [url.removeprefix("http://")])
