@@ -36,7 +36,7 @@ from kafleet_operator.policy.autopilot import Autoscaling
 from kafleet_operator.policy.conditions import Condition, condition
 from kafleet_operator.policy.spec import ParsedSpec
 from kafleet_operator.reading import credentials, lag_reader, sidecars
-from kafleet_operator.reconcile import kube, lag_source, metrics
+from kafleet_operator.reconcile import kube, lag_source, metrics, quiet
 from kafleet_operator.reconcile.kube import NotOwnedError, apply, post_event
 
 log = logging.getLogger("kafleet.operator")
@@ -74,6 +74,7 @@ def observe_lag(
     worker, policy = parsed.worker, parsed.fleet.autoscaling
     now = time.time()
     memo = _memory(memo, parsed, now)
+    memo[quiet.SCALING] = False  # until this pass finds nothing that moves by time
     namespace, name = body.metadata["namespace"], body.metadata["name"]
     try:
         reading = lag_source.reading(memo, parsed)
@@ -109,11 +110,13 @@ def observe_lag(
     # the history starts again rather than read the jump as records (histories.py).
     known = {tp: c for tp, c in reading.committed.items() if c is not None}
     partitions = (frozenset(reading.ends), frozenset(known))
-    offsets.add(now, reading.end_total, sum(known.values()), ready, partitions, reading.total)
-    time_lag = scaling.time_lag_s(offsets.ends(), reading.committed_total, now)
+    total = reading.total
+    offsets.add(now, reading.end_total, sum(known.values()), ready, partitions, total)
+    # No lag, no time lag (as time_lag_s finds, without the history copied for it).
+    time_lag = scaling.time_lag_s(offsets.ends(), reading.committed_total, now) if total else 0.0
     patch.status.update(
         {
-            "lag": reading.total,
+            "lag": total,
             "maxPartitionLag": reading.max_partition,
             "partitions": reading.partitions,
             "timeLagSeconds": round(time_lag or 0.0, 1),
@@ -132,6 +135,7 @@ def observe_lag(
         degraded = condition("Degraded", False, "Observed", "lag read from Kafka", generation)
     if policy is None:  # no autoscaling, or paused: a scale-down waits a window once it resumes
         memo["watched_since"] = now
+        memo[quiet.SCALING] = quiet.UNSCALED
         return degraded, []
     active = reading.total > policy.activation_lag
     active_condition = condition(
@@ -166,6 +170,10 @@ def observe_lag(
         )
         why = f"lag {lag} over {reading.partitions} partitions"
         _apply(body, parsed, patch, memo, decision, now, why)
+        # A wish of the replicas there are is Steady whatever the windows hold: time alone
+        # changes nothing while the lag stays 0 and no input is held for (quiet.py).
+        still = total == 0 and not input_rate
+        memo[quiet.SCALING] = still and wish == replicas == decision.replicas
     return degraded, [active_condition]
 
 

@@ -180,6 +180,9 @@ class Series:
 
     def __init__(self, namespace: str, name: str, group: str) -> None:
         self.labels = (namespace, name, group)
+        # Each family's child for these labels, looked up once (a pass sets six of them: a
+        # lookup takes the family's lock and hashes the labels); dropped where one is removed.
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         _OWNERS[self.labels] = self
         for family, children in _COUNTED.items():
             for extra in children:
@@ -197,12 +200,12 @@ class Series:
     ) -> None:
         """One pass: its result and time, the replicas the Deployment is given, whether the
         group is paused, and the figures it wrote to the status."""
-        PASSES.labels(*self.labels, "ok" if ok else "error").inc()
-        PASS_SECONDS.labels(*self.labels).observe(seconds)
+        self._child(PASSES, "ok" if ok else "error").inc()
+        self._child(PASS_SECONDS).observe(seconds)
         if isinstance(desired, int) and not isinstance(desired, bool):
-            DESIRED.labels(*self.labels).set(desired)
+            self._child(DESIRED).set(desired)
         if paused is not None:
-            PAUSED.labels(*self.labels).set(int(paused))
+            self._child(PAUSED).set(int(paused))
         for gauge, key in (
             (LAG, "lag"),
             (TIME_LAG, "timeLagSeconds"),
@@ -211,7 +214,13 @@ class Series:
         ):
             value = status.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                gauge.labels(*self.labels).set(value)
+                self._child(gauge).set(value)
+
+    def _child(self, family: Any, *extra: str) -> Any:
+        found = self._children.get((family, extra))
+        if found is None:
+            found = self._children[(family, extra)] = family.labels(*self.labels, *extra)
+        return found
 
     def scaled(self, before: int, after: int) -> None:
         SCALES.labels(*self.labels, "up" if after > before else "down").inc()
@@ -222,6 +231,7 @@ class Series:
         stale figure would look current)."""
         LAG_FAILURES.labels(*self.labels).inc()
         for gauge in (LAG, TIME_LAG):
+            self._children.pop((gauge, ()), None)
             with contextlib.suppress(KeyError):
                 gauge.remove(*self.labels)
 
@@ -232,6 +242,7 @@ class Series:
         if _OWNERS.get(self.labels) is not self:
             return  # a newer group of the same name owns these series now
         del _OWNERS[self.labels]
+        self._children.clear()
         for family in FAMILIES:
             for extra in _COUNTED.get(family, ((),)):
                 with contextlib.suppress(KeyError):

@@ -26,7 +26,7 @@ from kafleet.errors import ConfigError
 from kafleet_operator.policy import builders, conditions, pause
 from kafleet_operator.policy.spec import ParsedSpec, parse_spec
 from kafleet_operator.reading import watched
-from kafleet_operator.reconcile import autoscaler, metrics, owned, tuner
+from kafleet_operator.reconcile import autoscaler, metrics, owned, quiet, tuner
 from kafleet_operator.reconcile.kube import controller, patch_status
 
 log = logging.getLogger("kafleet.operator")
@@ -63,18 +63,26 @@ def parse(
 
 
 def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
-    """One periodic pass over one group (``periodic.run`` calls it): observe, write status."""
+    """One periodic pass over one group (``periodic.run`` calls it): observe, write status;
+    or, for a group at rest whose inputs have not changed (``quiet.py``), nothing more."""
+    started = time.monotonic()
+    meta = raw["metadata"]
+    group_id = (raw.get("spec") or {}).get("group_id", "")
+    taken = quiet.inputs(raw, memo)
+    if str(meta.get("uid")) not in pause.UNAPPLIED and quiet.unchanged(memo, taken):
+        measured = metrics.series(memo, meta["namespace"], meta["name"], group_id)
+        measured.passed({}, time.monotonic() - started, True)
+        return
     body = kopf.Body(cast(kopf.RawBody, raw))  # the watch's own copy; a pass only reads it
     patch = kopf.Patch()
-    meta = body.metadata
-    measured = metrics.series(memo, meta["namespace"], meta["name"], body.spec.get("group_id", ""))
-    started = time.monotonic()
+    measured = metrics.series(memo, meta["namespace"], meta["name"], group_id)
     retry = pause.UNAPPLIED.pop(str(meta.get("uid")), None)
     if retry is not None:
         retry(body, patch)  # a pause change that could not be applied: again (it may re-add)
     try:
         observe(body, body.status, patch, memo)
     except Exception:
+        quiet.after(memo, None, False)
         measured.passed({}, time.monotonic() - started, ok=False)
         raise
     held = pause.read(meta)
@@ -86,7 +94,10 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
     )
     now = time.monotonic()
     current = _latest(body, memo)
-    if worth_writing(current, patch.get("status") or {}, now - memo.get("written_at", 0.0)):
+    found = patch.get("status") or {}
+    said = _present({k: current.get(k) for k in found}) == _present(found)
+    quiet.after(memo, taken, said and retry is None and memo.get("drift") is None)
+    if worth_writing(current, found, now - memo.get("written_at", 0.0)):
         try:
             written = patch_status(body, patch["status"])
             memo["written_at"] = now

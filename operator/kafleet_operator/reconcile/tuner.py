@@ -38,7 +38,7 @@ from kubernetes import client as k8s
 from kafleet_operator.policy import builders, tuning
 from kafleet_operator.policy.spec import ParsedSpec
 from kafleet_operator.reading import sidecars, watched
-from kafleet_operator.reconcile import metrics
+from kafleet_operator.reconcile import metrics, quiet
 from kafleet_operator.reconcile.kube import NotOwnedError, apply, client, post_event
 
 log = logging.getLogger("kafleet.operator")
@@ -191,9 +191,13 @@ def tune(body: kopf.Body, parsed: ParsedSpec, patch: kopf.Patch, memo: Any) -> N
     if passes % EVERY_PASSES and memo.get(TUNED_GENERATION) == generation:
         return  # between two measures (a new spec is judged at once)
     memo[TUNED_GENERATION] = generation
+    memo[quiet.TUNING] = False  # until this measure finds nothing on its way to the pods
     reports = sidecars.read(namespace, name) if policy.enabled else []
     figures = {r.pod: c for r in reports if (c := _counters(r)) is not None}
-    latency, records = tuning.window(memo.get(COUNTERS) or {}, figures)
+    before = memo.get(COUNTERS) or {}
+    latency, records = tuning.window(before, figures)
+    # No handler ran over a window that covered every pod: nothing for the tuner to follow.
+    idle = records == 0 and figures.keys() <= before.keys()
     memo[COUNTERS] = figures
     applied = _applied(reports)
     concurrency = max((int(r.worker.get("concurrency") or 0) for r in reports), default=0)
@@ -228,20 +232,23 @@ def tune(body: kopf.Body, parsed: ParsedSpec, patch: kopf.Patch, memo: Any) -> N
     patch.status["maxPollRecords"] = value
     if held is None:
         patch.status["tuning"] = None
+        memo[quiet.TUNING] = idle
         return
     rejected = next(
         (r.worker["config_rejected"] for r in reports if r.worker.get("config_rejected")), None
     )
+    pending = tuning.awaiting(value, applied, held.at, now)
     patch.status["tuning"] = {
         "from": held.start,
         "changedAt": _iso(held.at),
         "pods": len(applied),
         "appliedMin": min(applied, default=None),
         "appliedMax": max(applied, default=None),
-        "pending": tuning.awaiting(value, applied, held.at, now),
+        "pending": pending,
         "latencySeconds": latency,
         "rejected": rejected,
     }
+    memo[quiet.TUNING] = idle and not pending and not move.changes and rejected is None
     if move.changes:
         message = (
             f"max_poll_records {current} -> {move.max_poll_records}: handlers take "
