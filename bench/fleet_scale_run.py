@@ -119,14 +119,16 @@ class Run:
 def _profile(pids: dict[str, int], name: str, seconds: float) -> subprocess.Popen[bytes] | None:
     """With ``KAFLEET_B9_PROFILE=1`` and a ``name``: py-spy samples the first process of
     ``pids`` (and its reading child) over the window at rest, into
-    ``bench/results/b9-<name>.pyspy`` (py-spy's raw format: one stack and its count a line)."""
+    ``bench/results/b9-<name>.pyspy`` (py-spy's raw format: one stack and its count a line).
+    Only the thread holding the GIL is sampled (``--gil``): the Python that burns CPU, not a
+    thread waiting for the GIL (which py-spy otherwise counts as busy, at the line it waits on)."""
     if not os.environ.get("KAFLEET_B9_PROFILE") or not name or not pids or not SPY.exists():
         return None
     out = RESULTS / f"b9-{name.replace(' ', '-')}.pyspy"
     RESULTS.mkdir(exist_ok=True)
     return subprocess.Popen(
         [str(SPY), "record", "-p", str(next(iter(pids.values()))), "-d", str(int(seconds)),
-         "-r", "100", "-f", "raw", "-o", str(out), "--subprocesses", "--nonblocking"],
+         "-r", "100", "-f", "raw", "-o", str(out), "--subprocesses", "--nonblocking", "--gil"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
