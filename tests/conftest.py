@@ -230,6 +230,7 @@ def real_node(k8s: K8s, host_sysctls: dict[str, str]) -> Iterator[node_infra.Rea
     built from its own Dockerfile and imported. Stopped after the session, which then fails if
     the machine is not as it was (a bridge, cgroups, processes, iptables rules, sysctls)."""
     started = time.monotonic()
+    bridge_before = node_host.bridge_exists()  # a killed run's: the node uses it, and leaves it
     try:
         node_host.check_prerequisites()  # before minutes of image building
         # Every image but the bare Spark one, which only the examples' Spark image builds on.
@@ -247,7 +248,7 @@ def real_node(k8s: K8s, host_sysctls: dict[str, str]) -> Iterator[node_infra.Rea
         stopping = time.monotonic()
         node.stop()
         print(f"\nthe real node stopped in {time.monotonic() - stopping:.1f} s")
-        left = node_host.leftovers(node.workdir, made, host_sysctls)
+        left = node_host.leftovers(node.workdir, made, host_sysctls, bridge_before)
         if left:
             pytest.fail(f"the stopped real node left on the machine: {left}", pytrace=False)
 

@@ -242,10 +242,14 @@ def leftover_rules() -> list[str]:
     return lines
 
 
-def leftovers(workdir: Path, made_dirs: list[str], sysctls: dict[str, str]) -> list[str]:
-    """What a stopped node left on the machine (empty when nothing): a bridge, cgroups,
-    processes, iptables rules, folders it made, or sysctls that differ from ``sysctls``."""
-    found = [f"the {BRIDGE} bridge"] if bridge_exists() else []
+def leftovers(
+    workdir: Path, made_dirs: list[str], sysctls: dict[str, str], bridge_before: bool = False
+) -> list[str]:
+    """What a stopped node left on the machine (empty when nothing): a bridge (unless one was
+    there before it: ``bridge_before``, a run killed earlier left it, and the node used it
+    as it found it), cgroups, processes, iptables rules, folders it made, or sysctls that
+    differ from ``sysctls``."""
+    found = [f"the {BRIDGE} bridge"] if bridge_exists() and not bridge_before else []
     found += [f"cgroup {path}" for path in node_cgroups.roots(CGROUP_ROOT)]
     found += [f"process {pid}" for pid in processes_naming(workdir)]
     found += [f"iptables rule {rule}" for rule in leftover_rules()]
