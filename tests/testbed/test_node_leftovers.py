@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.infra import node_cgroups, node_host
+from tests.infra.node_runtime import BRIDGE
 
 
 @pytest.fixture
@@ -24,4 +25,4 @@ def test_a_bridge_the_node_found_is_not_a_leftover(clean_machine: None, tmp_path
 
 
 def test_a_bridge_the_node_made_and_left_is_one(clean_machine: None, tmp_path: Path) -> None:
-    assert node_host.leftovers(tmp_path, [], {}) == [f"the {node_host.BRIDGE} bridge"]
+    assert node_host.leftovers(tmp_path, [], {}) == [f"the {BRIDGE} bridge"]
