@@ -87,6 +87,25 @@ def test_a_group_made_again_under_its_name_keeps_its_series_when_the_old_one_clo
     assert _sample("kafleet_operator_passes_total", **labels, result="ok") is None
 
 
+def test_the_old_group_of_a_name_that_fails_to_read_lag_leaves_the_new_ones_lag_exported() -> None:
+    old_memo: dict[str, Any] = {}
+    new_memo: dict[str, Any] = {}
+    metrics.series(old_memo, "shop", "again", "g").passed({"lag": 5}, 0.1, True)
+    made = metrics.series(new_memo, "shop", "again", "g")
+    made.passed({"lag": 7}, 0.1, True)
+    old_memo["metrics"].lag_unreadable()  # the old group's last pass
+    made.passed({"lag": 9}, 0.1, True)
+    labels = {"namespace": "shop", "consumergroup": "again", "group": "g"}
+    assert _sample("kafleet_operator_lag_records", **labels) == 9
+    made.close()
+
+
+def test_a_pass_at_rest_is_counted_apart_and_not_timed(series: Any) -> None:
+    series.rested()
+    assert _sample("kafleet_operator_passes_total", **GROUP, result="at_rest") == 1
+    assert _sample("kafleet_operator_pass_duration_seconds_count", **GROUP) == 0
+
+
 def test_a_pass_sets_the_figures_its_status_shows(series: Any) -> None:
     status = {"lag": 1234, "timeLagSeconds": 7.5, "readyReplicas": 3, "maxPollRecords": 200}
     series.passed(status, 0.12, True, desired=4)

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from kafleet_operator.policy import histories, scaling
 from kafleet_operator.reading import snapshots, watched
-from kafleet_operator.reconcile import periodic, quiet
+from kafleet_operator.reconcile import autoscaler, periodic, quiet
 from tests.operator.conftest import Passes
 
 WANT = snapshots.Want("g", ("t",))
@@ -47,7 +48,7 @@ def pass_of(memo: dict[str, Any], reading: Any, body: Any = BODY, want: Any = WA
 def at_rest(memo: dict[str, Any] | None = None) -> dict[str, Any]:
     """A memo whose last full pass found the group at rest."""
     memo = memo if memo is not None else {}
-    memo[quiet.SCALING], memo[quiet.TUNING] = True, True
+    memo[quiet.SCALING], memo[quiet.TUNING], memo[quiet.LEVEL] = True, tuple(PODS), True
     quiet.after(memo, pass_of(memo, snapshot()), settled=True)
     memo.pop(periodic.KAFKA)
     return memo
@@ -117,14 +118,28 @@ def test_a_group_at_rest_still_has_a_full_pass_every_minute(
     assert not quiet.unchanged(memo, pass_of(memo, snapshot()))
 
 
+MEASURED, NEW_POD = tuple(PODS), (*PODS, ("10.0.0.2", "w-1"))
+
+
 @pytest.mark.parametrize(
-    ("scaling", "tuning", "settled"),
-    [(False, True, True), (True, False, True), (True, True, False), (None, True, True)],
+    ("scaling", "tuning", "level", "settled"),
+    [
+        (False, MEASURED, True, True),  # a window running, or input held for
+        (True, None, True, True),  # a tuning change on its way, or a handler run
+        (True, NEW_POD, True, True),  # the tuner's measure was of other pods
+        (True, MEASURED, False, True),  # a drift found (put back or not)
+        (True, MEASURED, True, False),  # the status did not say it all
+        (None, MEASURED, True, True),  # no verdict from the autoscaler
+    ],
 )
 def test_a_full_pass_leaves_the_group_at_rest_only_when_nothing_moves_by_time_or_is_unsaid(
-    objects: dict[str, Any], scaling: bool | None, tuning: bool, settled: bool
+    objects: dict[str, Any],
+    scaling: bool | None,
+    tuning: tuple[tuple[str, str], ...] | None,
+    level: bool,
+    settled: bool,
 ) -> None:
-    memo: dict[str, Any] = {quiet.TUNING: tuning}
+    memo: dict[str, Any] = {quiet.TUNING: tuning, quiet.LEVEL: level}
     if scaling is not None:
         memo[quiet.SCALING] = scaling
     quiet.after(memo, pass_of(memo, snapshot()), settled)
@@ -142,12 +157,31 @@ def test_a_failed_full_pass_ends_the_rest(objects: dict[str, Any]) -> None:
 def test_a_group_without_autoscaling_restarts_its_scale_down_window_at_a_pass_at_rest(
     objects: dict[str, Any],
 ) -> None:
-    memo = at_rest()
+    memo = at_rest({"offsets": histories.Offsets(600), "wishes": histories.Wishes(300)})
     memo[quiet.SCALING], memo["watched_since"] = quiet.UNSCALED, 0.0
     quiet.after(memo, pass_of(memo, snapshot()), settled=True)
 
     assert quiet.unchanged(memo, pass_of(memo, snapshot()))
+    autoscaler.at_rest(memo)
     assert memo["watched_since"] > 0.0
+
+
+def test_a_lag_after_rest_is_timed_from_the_pass_before_it_not_from_the_rest_s_start() -> None:
+    offsets = histories.Offsets(600)
+    offsets.add(0.0, 1000, 1000)  # the last full pass, at rest
+    offsets.again(55.0)  # passes at rest since
+    offsets.add(60.0, 1010, 1000)  # a record, not yet committed
+
+    assert scaling.time_lag_s(offsets.ends(), 1000, 60.0) <= 5.0
+
+
+def test_the_wishes_of_the_rest_stay_in_a_scale_up_window() -> None:
+    wishes = histories.Wishes(30)
+    wishes.add(0.0, 2)  # the last full pass, at rest
+    wishes.again(55.0)  # passes at rest since
+    wishes.add(57.0, 5)  # a burst
+
+    assert (55.0, 2) in wishes.samples()  # a 30 s up-window at 57 s still holds the 2
 
 
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 8, "lag_per_replica": 100}

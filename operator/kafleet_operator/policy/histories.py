@@ -64,6 +64,11 @@ class Wishes:
             while len(kept) > 1 and now - kept[0][0] > self.horizon_s:
                 kept.popleft()
 
+    def again(self, now: float) -> None:
+        """The newest wish, wished again at ``now`` (a pass at rest wishes what the last did)."""
+        if self._high:
+            self.add(now, self._high[-1][1])
+
     def samples(self) -> list[tuple[float, int]]:
         """(time, wish) pairs, oldest first, the newest wish last: what ``scaling.decide``
         reads."""
@@ -120,6 +125,12 @@ class Offsets:
         if len(self.samples) > MAX_SAMPLES:
             half = len(self.samples) // 2
             self.samples = self.samples[:half:2] + self.samples[half:]
+
+    def again(self, now: float) -> None:
+        """The newest sample, read again at ``now`` (a pass at rest reads what the last did)."""
+        if self.samples:
+            s = self.samples[-1]
+            self.add(now, s.end, s.committed, s.ready, self.partitions, s.lag)
 
     def _recent(self, now: float) -> list[Sample]:
         """The samples of the last ``RATE_WINDOW_S``: a suffix (samples are added in time

@@ -60,6 +60,18 @@ def _memory(memo: Any, parsed: ParsedSpec, now: float) -> Any:
     return memo
 
 
+def at_rest(memo: Any) -> None:
+    """What a pass at rest (``quiet.py``) leaves in the group's memory, as the full pass it
+    stands for would have: the same offsets and the same wish, at this time (a lag after rest
+    is timed from the last pass, not from a minute back; a scale-up window holds the wishes of
+    the rest), and, without autoscaling, a scale-down window that starts again."""
+    now = time.time()
+    memo["offsets"].again(now)
+    memo["wishes"].again(now)
+    if memo.get(quiet.SCALING) == quiet.UNSCALED:
+        memo["watched_since"] = now
+
+
 def observe_lag(
     body: kopf.Body,
     parsed: ParsedSpec,

@@ -49,7 +49,8 @@ RECONCILES = Counter(
 
 PASSES = Counter(
     "kafleet_operator_passes",
-    "periodic passes over a group, by result (error: the pass raised; see the log)",
+    "periodic passes over a group, by result (error: the pass raised, see the log; at_rest: "
+    "the inputs of the last pass, which found the group at rest, compared and found the same)",
     [*LABELS, "result"],
     registry=REGISTRY,
 )
@@ -164,7 +165,7 @@ EXPORTED = (
 # have a series only once their value is known: a lag never read is absent, not 0, so an alert
 # on absent lag fires and one on high lag is not silenced by a made-up 0.
 _COUNTED: dict[Any, tuple[tuple[str, ...], ...]] = {
-    PASSES: (("ok",), ("error",)),
+    PASSES: (("ok",), ("error",), ("at_rest",)),
     PASS_SECONDS: ((),),
     LAG_FAILURES: ((),),
     SCALES: (("up",), ("down",)),
@@ -222,6 +223,10 @@ class Series:
             found = self._children[(family, extra)] = family.labels(*self.labels, *extra)
         return found
 
+    def rested(self) -> None:
+        """A pass at rest: counted, not timed (a comparison is not a pass's duration)."""
+        self._child(PASSES, "at_rest").inc()
+
     def scaled(self, before: int, after: int) -> None:
         SCALES.labels(*self.labels, "up" if after > before else "down").inc()
         DESIRED.labels(*self.labels).set(after)
@@ -230,6 +235,8 @@ class Series:
         """A pass could not read the lag: counted, and the last lag read is withdrawn (a
         stale figure would look current)."""
         LAG_FAILURES.labels(*self.labels).inc()
+        if _OWNERS.get(self.labels) is not self:
+            return  # a newer group of the same name owns these series now (as in ``close``)
         for gauge in (LAG, TIME_LAG):
             self._children.pop((gauge, ()), None)
             with contextlib.suppress(KeyError):

@@ -70,8 +70,8 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
     group_id = (raw.get("spec") or {}).get("group_id", "")
     taken = quiet.inputs(raw, memo)
     if str(meta.get("uid")) not in pause.UNAPPLIED and quiet.unchanged(memo, taken):
-        measured = metrics.series(memo, meta["namespace"], meta["name"], group_id)
-        measured.passed({}, time.monotonic() - started, True)
+        autoscaler.at_rest(memo)
+        metrics.series(memo, meta["namespace"], meta["name"], group_id).rested()
         return
     body = kopf.Body(cast(kopf.RawBody, raw))  # the watch's own copy; a pass only reads it
     patch = kopf.Patch()
@@ -95,8 +95,7 @@ def observe_group(raw: Mapping[str, Any], memo: dict[str, Any]) -> None:
     now = time.monotonic()
     current = _latest(body, memo)
     found = patch.get("status") or {}
-    said = _present({k: current.get(k) for k in found}) == _present(found)
-    quiet.after(memo, taken, said and retry is None and memo.get("drift") is None)
+    quiet.after(memo, taken, said(current, found) and retry is None)
     if worth_writing(current, found, now - memo.get("written_at", 0.0)):
         try:
             written = patch_status(body, patch["status"])
@@ -149,6 +148,11 @@ def _meaning(status: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def said(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether the status says all of ``new`` already, to the figure."""
+    return bool(_present({k: current.get(k) for k in new}) == _present(new))
+
+
 def worth_writing(current: Mapping[str, Any], new: Mapping[str, Any], since_s: float) -> bool:
     """Whether a pass writes the status it found: when it says something the status does
     not (a condition, a decision, a count), or its live figures changed and the last write
@@ -158,7 +162,7 @@ def worth_writing(current: Mapping[str, Any], new: Mapping[str, Any], since_s: f
     before = {k: current.get(k) for k in new}
     if _meaning(new) != _meaning(before):
         return True
-    return _present(before) != _present(new) and since_s >= REFRESH_S
+    return not said(current, new) and since_s >= REFRESH_S
 
 
 def _level(
@@ -178,6 +182,7 @@ def _level(
         if hashed is None or hashed[0] != generation:  # the spec changes only with it
             hashed = memo["config_hash"] = (generation, builders.config_hash(parsed))
         found = owned.drift(deployment, parsed, held, hashed[1])
+    memo[quiet.LEVEL] = found is None  # a drift, put back or not, is no rest this pass
     if found is not None and memo.get("drift") == found:
         # Judged again from the group as the API server holds it now: the watch's copy may
         # be passes behind a scale (a put-back from it would undo the scale).

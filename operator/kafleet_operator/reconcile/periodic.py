@@ -42,7 +42,6 @@ Memo = dict[str, Any]
 Plan = Callable[[Body, Memo], snapshots.Target | None]
 Member = tuple[str, Body, Memo, snapshots.Target]
 KAFKA = "kafka"  # the memo's key for (this pass's snapshot or error, the group's want)
-CHUNK = 16  # groups of one cluster passed in one task of the pool, one after the other
 
 
 def _guarded(observe: Callable[[Body, Memo], None], body: Body, memo: Memo) -> None:
@@ -51,11 +50,6 @@ def _guarded(observe: Callable[[Body, Memo], None], body: Body, memo: Memo) -> N
     except Exception:  # one group's failure is logged; the next interval tries again
         meta = body.get("metadata", {})
         log.exception("observing %s/%s failed", meta.get("namespace"), meta.get("name"))
-
-
-def _each(observe: Callable[[Body, Memo], None], chunk: list[tuple[Body, Memo]]) -> None:
-    for body, memo in chunk:
-        _guarded(observe, body, memo)
 
 
 def _planned(plan: Plan, due: list[tuple[str, Body, Memo]]) -> list[snapshots.Target | None]:
@@ -102,15 +96,6 @@ class Pass:
     def start(self, uid: str, body: Body, memo: Memo) -> None:
         self.running[uid] = self.pool.submit(_guarded, self.observe, body, memo)
 
-    def start_all(self, members: list[Member]) -> None:
-        """Passes ``CHUNK`` groups to a task: a thread pool's task (its future, its lock and
-        condition) costs about what a pass of a group at rest does."""
-        for i in range(0, len(members), CHUNK):
-            chunk = members[i : i + CHUNK]
-            future = self.pool.submit(_each, self.observe, [(b, m) for _, b, m, _ in chunk])
-            for uid, *_ in chunk:
-                self.running[uid] = future
-
     async def read_then_observe(self, key: str, members: list[Member]) -> None:
         reader = self.views.get(members[0][3])
         wants = [target.want for *_, target in members]
@@ -120,9 +105,9 @@ class Pass:
         metrics.KAFKA_READ_SECONDS.observe(loop.time() - started)
         if isinstance(snapshot, KafkaException) and lag_reader.is_authentication_failure(snapshot):
             self.views.drop(key)  # the next pass connects afresh, with what the Secrets say then
-        for _, _, memo, target in members:
+        for uid, body, memo, target in members:
             memo[KAFKA] = (snapshot, target.want)
-        self.start_all(members)
+            self.start(uid, body, memo)
 
     def forget(self, seen: set[str]) -> None:
         for uid in [u for u in self.memos if u not in seen and not self.busy(u)]:

@@ -191,7 +191,8 @@ def tune(body: kopf.Body, parsed: ParsedSpec, patch: kopf.Patch, memo: Any) -> N
     if passes % EVERY_PASSES and memo.get(TUNED_GENERATION) == generation:
         return  # between two measures (a new spec is judged at once)
     memo[TUNED_GENERATION] = generation
-    memo[quiet.TUNING] = False  # until this measure finds nothing on its way to the pods
+    memo[quiet.TUNING] = None  # until this measure finds nothing on its way to the pods
+    pods = tuple(watched.ready_pods(namespace, name))  # the ones this measure asks
     reports = sidecars.read(namespace, name) if policy.enabled else []
     figures = {r.pod: c for r in reports if (c := _counters(r)) is not None}
     before = memo.get(COUNTERS) or {}
@@ -232,7 +233,7 @@ def tune(body: kopf.Body, parsed: ParsedSpec, patch: kopf.Patch, memo: Any) -> N
     patch.status["maxPollRecords"] = value
     if held is None:
         patch.status["tuning"] = None
-        memo[quiet.TUNING] = idle
+        memo[quiet.TUNING] = pods if idle else None
         return
     rejected = next(
         (r.worker["config_rejected"] for r in reports if r.worker.get("config_rejected")), None
@@ -248,7 +249,8 @@ def tune(body: kopf.Body, parsed: ParsedSpec, patch: kopf.Patch, memo: Any) -> N
         "latencySeconds": latency,
         "rejected": rejected,
     }
-    memo[quiet.TUNING] = idle and not pending and not move.changes and rejected is None
+    settled = idle and not pending and not move.changes and rejected is None
+    memo[quiet.TUNING] = pods if settled else None
     if move.changes:
         message = (
             f"max_poll_records {current} -> {move.max_poll_records}: handlers take "
