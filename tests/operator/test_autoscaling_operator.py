@@ -15,7 +15,14 @@ from tests.conftest import K8s, TopicFactory
 from tests.infra.mock_kafka import PARTITIONS, MockCluster
 from tests.infra.records import ProduceReport
 from tests.infra.waiting import wait_until
-from tests.operator.conftest import Operator, apply, condition, consumer_group, get
+from tests.operator.conftest import (
+    Operator,
+    apply,
+    condition,
+    consumer_group,
+    get,
+    wait_condition,
+)
 from tests.operator.test_scaling_and_tuning import replicas
 
 
@@ -93,8 +100,9 @@ def test_a_missing_topic_is_named_and_the_group_scales_on_the_topics_that_exist(
     apply(k8s, namespace, manifest)
 
     wait_until(lambda: replicas(k8s, namespace, "partial") == 3, 60, "3 replicas", every=0.5)
-    degraded = condition(get(k8s, namespace, "kcg", "partial"), "Degraded")
-    assert (degraded["status"], degraded["reason"]) == ("True", "TopicNotFound")
+    # The pass scales the Deployment before it patches the status: wait for the status too.
+    degraded = wait_condition(k8s, namespace, "partial", "Degraded", "True", 30)
+    assert degraded["reason"] == "TopicNotFound"
     assert gone in degraded["message"]
     active = condition(get(k8s, namespace, "kcg", "partial"), "Active")
     assert (active["status"], active["reason"]) == ("True", "LagOverActivation")
