@@ -85,7 +85,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "kafleet needs Python 3.11 or newer, not " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[operator,spark,share,dev]'
+	$(PY) -m pip install --quiet -e '.[operator,spark,share,dev,docs]'
 	@touch $@
 
 .PHONY: lint
@@ -104,6 +104,22 @@ fmt: venv ## Format the code and apply ruff's safe fixes.
 .PHONY: dashboards
 dashboards: venv ## Write the chart's Grafana dashboards (charts/kafleet/dashboards/) from monitoring/ (make lint checks they are current).
 	$(PY) -m monitoring
+
+# MkDocs and its plugins print notices about MkDocs' future on every run; they say nothing of
+# this site, whose warnings still fail the build (strict).
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+
+.PHONY: docs
+docs: venv docs-mermaid ## Build the documentation site (mkdocs.yml, docs/) into .cache/site with mkdocs build --strict: a warning fails it.
+	$(DOCS_ENV) $(PY) -m mkdocs build --strict
+
+.PHONY: docs-serve
+docs-serve: venv docs-mermaid ## Serve the documentation site on http://127.0.0.1:8000, rebuilt as its files change.
+	$(DOCS_ENV) $(PY) -m mkdocs serve
+
+.PHONY: docs-mermaid
+docs-mermaid: venv ## Fetch Mermaid.js (a pinned, checked npm package) into .cache/mermaid/ for the site's diagrams (once; needs npm).
+	@$(PY) docs/hooks/mermaid.py fetch >/dev/null
 
 ##@ Images (docker, podman or buildah; see the Dockerfile's header)
 
