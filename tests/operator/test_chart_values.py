@@ -242,7 +242,7 @@ def test_the_pod_settings_reach_the_operators_pod() -> None:
 def test_the_prometheus_rule_carries_the_alerts_of_the_rule_file_but_those_disabled() -> None:
     objects = render(
         "--set", "prometheusRule.enabled=true",
-        "--set", "prometheusRule.runbookUrl=https://docs.example/kafleet/README.md",
+        "--set", "prometheusRule.runbookUrl=https://docs.example/kafleet/operate/runbooks/",
         "--set", "prometheusRule.disabledAlerts={KafleetRebalanceStorm}",
     )  # fmt: skip
     (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
@@ -253,7 +253,7 @@ def test_the_prometheus_rule_carries_the_alerts_of_the_rule_file_but_those_disab
     for name, alert in shipped.items():
         assert alert["expr"] == written[name]["expr"]
         assert alert["annotations"]["runbook_url"] == (
-            f"https://docs.example/kafleet/README.md#{name.lower()}"
+            f"https://docs.example/kafleet/operate/runbooks/#{name.lower()}"
         )
 
 
