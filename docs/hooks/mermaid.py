@@ -28,9 +28,11 @@ from typing import Any
 
 # The last 11.x release: Material for MkDocs 9.x is written against Mermaid 11's API.
 VERSION = "11.17.2"
-# The registry's dist.integrity of mermaid-<VERSION>.tgz (npm view mermaid@<VERSION> dist.integrity).
+# The registry's dist.integrity of mermaid-<VERSION>.tgz (npm view mermaid@<VERSION>
+# dist.integrity): a tarball that differs is refused.
 INTEGRITY = (
-    "sha512-V6K3C8EBdEsPFZXSKMJe6ppQOENxuHARr9GvHX4hh47lAbhMRD9qf4oEK7LoaRQxULMa80/qt5gHO73aCleBBg=="
+    "sha512-V6K3C8EBdEsPFZXSKMJe6ppQOENxuHARr9GvHX4hh47l"
+    "AbhMRD9qf4oEK7LoaRQxULMa80/qt5gHO73aCleBBg=="
 )
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "mermaid" / VERSION
@@ -86,8 +88,10 @@ def on_post_build(config: Any, **_: Any) -> None:
 
     script = CACHE / "mermaid.min.js"
     if not script.is_file():
-        raise PluginError(f"{script.relative_to(REPO)} is missing: run `make docs-mermaid` (or "
-                          "`python docs/hooks/mermaid.py fetch`) before building the docs")  # fmt: skip
+        raise PluginError(
+            f"{script.relative_to(REPO)} is missing: run `make docs-mermaid` (or "
+            "`python docs/hooks/mermaid.py fetch`) before building the docs"
+        )
     target = Path(config["site_dir"]) / SITE_PATH
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(script, target)
