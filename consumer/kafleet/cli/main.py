@@ -10,6 +10,7 @@ operator), so that everything it runs can also be called from Python.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import platform
 import sys
 from collections.abc import Sequence
@@ -28,6 +29,21 @@ def _version_text() -> str:
         f"kafleet {kafleet.__version__} (confluent-kafka {client}, librdkafka {librdkafka}, "
         f"Python {platform.python_version()})"
     )
+
+
+# What ``kafleet operator`` needs beyond the library: the [operator] extra of pyproject.toml.
+OPERATOR_EXTRA = ("kopf", "kubernetes")
+
+
+def _operator_missing() -> list[str]:
+    """The [operator] extra's packages that are not installed (looked up, not imported)."""
+    return [name for name in OPERATOR_EXTRA if importlib.util.find_spec(name) is None]
+
+
+def _operator_not_installed(missing: Sequence[str]) -> str:
+    needs = " and ".join(missing)
+    are = "is" if len(missing) == 1 else "are"
+    return f"the operator needs {needs}, which {are} not installed: pip install 'kafleet[operator]'"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,16 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(once); then set share.classpath: DIR/*.",
     )
     jars.add_argument("dir", type=Path, metavar="DIR")
+    missing = _operator_missing()
     operator = commands.add_parser(
         "operator",
         help="run the Kubernetes operator for ConsumerGroup resources (needs kafleet[operator])",
-        description="Reconcile ConsumerGroup resources into worker fleets; scale and tune them.",
+        description="Reconcile ConsumerGroup resources into worker fleets; scale and tune them."
+        + (f" Not available here: {_operator_not_installed(missing)}." if missing else ""),
     )
-    try:
-        from kafleet_operator import main as operator_main
-    except ImportError:  # the [operator] extra is not installed
-        operator.set_defaults(unavailable=True)
+    if missing:  # the [operator] extra is not installed: a message, never a traceback
+        operator.set_defaults(unavailable=missing)
     else:
+        from kafleet_operator import main as operator_main
+
         operator_main.add_arguments(operator)
     return parser
 
@@ -120,8 +138,9 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"{jvm.fetch_jars(args.dir)}/*")
         return 0
     if args.command == "operator":
-        if getattr(args, "unavailable", False):
-            parser.error("the operator needs kopf: pip install 'kafleet[operator]'")
+        missing = getattr(args, "unavailable", None)
+        if missing:
+            parser.error(_operator_not_installed(missing))
         from kafleet_operator import main as operator_main
 
         return operator_main.run(args)
