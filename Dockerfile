@@ -66,7 +66,7 @@ RUN set -eu; cd /wheels; \
 
 # ---- build: kafleet's own wheel ----------------------------------------------------------------
 FROM build-tools AS build
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY consumer ./consumer
 COPY operator ./operator
 RUN /opt/build/bin/pip wheel --no-deps --wheel-dir /dist . \
