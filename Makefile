@@ -310,6 +310,24 @@ kind-e2e: venv jars k8s-tools $(KIND) ## Build the images with Docker, load them
 kind-down: ## Delete the kind cluster of kind-e2e.
 	-$(KIND) delete cluster --name $(KIND_CLUSTER)
 
+##@ Packages (into dist/; kafleet's version is consumer/kafleet/__init__.py's __version__)
+
+# A helm of your own for chart-package; empty: the test bed's (make k8s-tools builds it).
+HELM ?=
+
+.PHONY: dist
+dist: venv ## Build the sdist and, from it, the wheel into dist/ (python -m build), and check both with twine check.
+	rm -f dist/*.whl dist/*.tar.gz
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*.whl dist/*.tar.gz
+
+.PHONY: chart-package
+chart-package: $(if $(HELM),,k8s-tools) ## Lint charts/kafleet and package it into dist/ with helm package, its appVersion VERSION.
+	@mkdir -p dist
+	helm=$(or $(HELM),"$$($(PY) -m tests.infra.k8s_build build)/helm"); \
+	$$helm lint charts/kafleet; \
+	$$helm package charts/kafleet --app-version $(VERSION) --destination dist
+
 ##@ Demo
 
 .PHONY: demo
@@ -320,12 +338,13 @@ demo: kafka-up delta-jars ## Start a broker, round-trip records, bill slow order
 ##@ Clean up
 
 .PHONY: clean
-clean: ## Stop the development broker and control plane, remove caches of the tools (keeps .cache and .venv).
+clean: ## Stop the development broker and control plane, remove caches of the tools and dist/ (keeps .cache and .venv).
 	-@[ -x $(PY) ] && $(KAFKA) down || true
 	-@[ -x $(PY) ] && $(PY) -m tests.infra.kafka_cluster down || true
 	-@[ -x $(PY) ] && $(NODE) down || true
 	-@[ -x $(PY) ] && $(K8S) down || true
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist bench/results
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist kafleet.egg-info \
+	  bench/results
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
 
 .PHONY: distclean
