@@ -161,13 +161,6 @@ def test_only_tunable_fields_change_live_and_the_rest_are_named_for_a_restart() 
     assert restart == ["ordering"]
 
 
-def test_the_readme_documents_every_configuration_field_as_generated() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-
-    for row in markdown().splitlines()[2:]:
-        assert row in readme, f"README.md is missing or out of date for: {row[:60]}"
-
-
 def test_the_worker_takes_no_secret_on_its_command_line() -> None:
     import argparse
 

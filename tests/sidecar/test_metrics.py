@@ -1,18 +1,18 @@
-"""Every documented metric is exported, with its labels, and the README lists them all."""
+"""Every documented metric is exported, with its labels (the site's Metrics page lists them
+all: tests/docs/test_metrics_page.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from kafleet.sidecar.collector import StateCollector, View
 from kafleet.sidecar.lag import Status
-from kafleet.sidecar.metrics import METRICS, markdown
+from kafleet.sidecar.metrics import METRICS
 from kafleet.sidecar.server import MetricsPage
 from tests.infra.prometheus import promtool
 
@@ -146,13 +146,6 @@ def test_a_share_workers_counts_are_exported_and_its_group_lag_sums_the_known_pa
     assert value(text, "kafleet_share_acks_refused_total") == 2
     assert value(text, "kafleet_share_group_lag_records") == 42  # the unknown one left out
     assert value(scrape(), "kafleet_share_group_lag_records") is None  # consumer groups: none
-
-
-def test_the_readme_lists_every_metric_as_generated() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-
-    for row in markdown().splitlines()[2:]:
-        assert row in readme, f"README.md is missing or out of date for: {row[:60]}"
 
 
 def test_rejected_config_changes_are_counted_and_flagged_until_a_good_change_clears_them() -> None:
