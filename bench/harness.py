@@ -1,10 +1,10 @@
 """The benchmark harness: a context with a broker, and the tables that benchmarks return.
 
 Owns: the broker for a run, table rendering (text for people, JSON for comparing runs), the
-description of the machine a run happened on, and the measuring loops the benchmarks share
-(kafleet, the plain ``consume()`` loop and the poll-then-process loop), each timed from the
-first record handled to the last so that group joins do not count. Does not own any
-benchmark's workload.
+description of the machine a run happened on and of the code that ran (its commit), and the
+measuring loops the benchmarks share (kafleet, the plain ``consume()`` loop and the
+poll-then-process loop), each timed from the first record handled to the last so that group
+joins do not count. Does not own any benchmark's workload.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import threading
 import time
 import uuid
@@ -85,6 +86,7 @@ class Table:
                     **asdict(self),
                     "machine": machine(),
                     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "commit": commit(),
                 },
                 indent=2,
             )
@@ -105,6 +107,23 @@ def machine() -> str:
         f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()} "
         f"{platform.release()}, Python {platform.python_version()}"
     )
+
+
+def commit() -> str | None:
+    """The code that ran, as ``git describe --always --dirty`` names it (the commit, with
+    ``-dirty`` if the work tree had changes); None outside a git checkout."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=RESULTS.parent,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
 
 
 def backlog(ctx: Context, partitions: int, count: int, keys: int = 10_000) -> str:
