@@ -11,6 +11,8 @@ PYTHON ?= python3
 VENV ?= .venv
 # Extra arguments for pytest.
 PYTEST_ARGS ?=
+# The results `make bench-publish` copies into docs/benchmarks/data/ (b9 b11); empty: all.
+BENCH_PUBLISH ?=
 # `make test` runs the tests of the machine's one real node (REAL_NODE_TESTS) in a pytest
 # session of their own beside the others' (they wait on pods, the others on the broker and the
 # control plane), with the slowest few of the others (SIDE_TESTS) so the two sessions end
@@ -90,16 +92,16 @@ $(VENV)/.installed: pyproject.toml
 
 .PHONY: lint
 lint: venv ## Check with ruff (lint and format), mypy --strict, and the layers' import contracts (pyproject.toml).
-	$(PY) -m ruff check consumer operator monitoring tests bench examples
-	$(PY) -m ruff format --check consumer operator monitoring tests bench examples
-	$(PY) -m mypy consumer/kafleet operator/kafleet_operator monitoring
+	$(PY) -m ruff check consumer operator monitoring tests bench examples docgen docs/gen
+	$(PY) -m ruff format --check consumer operator monitoring tests bench examples docgen docs/gen
+	$(PY) -m mypy consumer/kafleet operator/kafleet_operator monitoring docgen docs/gen bench/publish.py
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m monitoring --check
 
 .PHONY: fmt
 fmt: venv ## Format the code and apply ruff's safe fixes.
-	$(PY) -m ruff format consumer operator monitoring tests bench examples
-	$(PY) -m ruff check --fix consumer operator monitoring tests bench examples
+	$(PY) -m ruff format consumer operator monitoring tests bench examples docgen docs/gen
+	$(PY) -m ruff check --fix consumer operator monitoring tests bench examples docgen docs/gen
 
 .PHONY: dashboards
 dashboards: venv ## Write the chart's Grafana dashboards (charts/kafleet/dashboards/) from monitoring/ (make lint checks they are current).
@@ -180,6 +182,10 @@ bench: venv ## Set up the test bed and KEDA (side by side), check KEDA runs (tes
 	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed keda
 	$(PY) -m pytest -q $(KEDA_TESTS)
 	$(PY) -m bench
+
+.PHONY: bench-publish
+bench-publish: venv ## Copy benchmark results (BENCH_PUBLISH='b9 b11'; default: all) from bench/results/ into docs/benchmarks/data/, which the site's Charts page is drawn from.
+	$(PY) -m bench.publish $(BENCH_PUBLISH)
 
 .PHONY: test-keda
 test-keda: venv k8s-tools jars keda ## Build KEDA and run its tests (a ScaledObject scales a lagging group's Deployment).
