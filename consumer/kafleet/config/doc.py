@@ -2,8 +2,8 @@
 
 Owns: ``leaf_fields``, the dotted names of every leaf field of ``ConsumerConfig`` (the names
 the file, the ``KAFLEET_*`` variables and ``kafleet worker``'s flags share), and the table made
-from them: ``python -m kafleet.config.doc`` prints it; README.md holds a copy, and a test
-checks that every field is there.
+from them, which ``python -m kafleet.config.doc`` prints. The documentation site's Configuration
+page is generated from the same model at each build (``docgen/configuration.py``).
 """
 
 from __future__ import annotations

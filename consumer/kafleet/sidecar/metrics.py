@@ -1,10 +1,10 @@
-"""Every metric the sidecar exports, all named ``kafleet_*``: the catalogue and README's table.
+"""Every metric the sidecar exports, all named ``kafleet_*``: the catalogue and its table.
 
 Owns: ``METRICS``, each metric's name, type, labels (``group``, ``topic``, ``partition``,
-``status``) and meaning, and the Markdown table made from it that README.md holds a copy of
-(``python -m kafleet.sidecar.metrics`` prints it). Does not own the values: turning a worker's
-state plus the sidecar's judgements into metric families is ``collector.py``'s, serving them
-``server.py``'s.
+``status``) and meaning, and the Markdown table made from it (``python -m
+kafleet.sidecar.metrics`` prints it; the documentation site's Metrics page is generated from
+``METRICS`` at each build). Does not own the values: turning a worker's state plus the
+sidecar's judgements into metric families is ``collector.py``'s, serving them ``server.py``'s.
 
 Names follow Prometheus' naming guide: the base unit last (``_seconds``, ``_bytes``, or what is
 counted, ``_records``), ``_total`` on counters and on nothing else; ``promtool check metrics``
@@ -214,7 +214,7 @@ METRICS: list[tuple[str, str, list[str], str]] = [
 
 
 def markdown() -> str:
-    """The metrics reference as a Markdown table (README.md holds a copy)."""
+    """The metrics reference as a Markdown table."""
     lines = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
     for name, kind, labels, doc in METRICS:
         lines.append(f"| `kafleet_{name}` | {kind} | {', '.join(labels)} | {doc} |")
