@@ -48,6 +48,14 @@ def test_every_field_of_the_model_is_on_the_page_with_its_variable_and_flag() ->
             assert f"`{flags[name]}" in line, name
 
 
+def test_every_field_says_what_it_is() -> None:
+    found = configuration.fields(ConsumerConfig, {}, "KAFLEET_", "__")
+
+    undescribed = [f.name for rows in found.values() for f in rows if not f.description]
+
+    assert undescribed == []
+
+
 def test_a_secret_has_a_variable_and_no_flag() -> None:
     line = row(page(), "`security.sasl_password`")
 

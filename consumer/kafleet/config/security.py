@@ -21,14 +21,25 @@ class Security(BaseModel):
     protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="librdkafka's security.protocol"
     )
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
-    sasl_username: str | None = None
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = (
+        Field(None, description="librdkafka's sasl.mechanism; required with a SASL protocol")
+    )
+    sasl_username: str | None = Field(
+        None, description="librdkafka's sasl.username; required with PLAIN and SCRAM"
+    )
     sasl_password: SecretStr | None = Field(
         None, description="secret: set it as KAFLEET_SECURITY__SASL_PASSWORD; masked when printed"
     )
-    ssl_ca_location: str | None = None
-    ssl_certificate_location: str | None = None
-    ssl_key_location: str | None = None
+    ssl_ca_location: str | None = Field(
+        None,
+        description="librdkafka's ssl.ca.location: the CA that signed the brokers' certificates",
+    )
+    ssl_certificate_location: str | None = Field(
+        None, description="librdkafka's ssl.certificate.location: the client's certificate (mTLS)"
+    )
+    ssl_key_location: str | None = Field(
+        None, description="librdkafka's ssl.key.location: the client's private key (mTLS)"
+    )
     ssl_key_password: SecretStr | None = Field(
         None, description="secret: KAFLEET_SECURITY__SSL_KEY_PASSWORD; masked when printed"
     )
