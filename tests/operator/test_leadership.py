@@ -19,8 +19,10 @@ import kopf
 import pytest
 
 from kafleet_operator import handlers
+from kafleet_operator.policy import pause
 from kafleet_operator.reading import watched
 from kafleet_operator.reconcile import applying, leadership, periodic
+from tests.operator.test_builders import example_spec
 
 
 class Edge:
@@ -253,3 +255,56 @@ def test_the_pass_keeps_the_memory_of_a_held_group_and_forgets_the_others() -> N
     assert not series["led"].closed
     assert not series["late"].closed
     assert series["gone"].closed
+
+
+def test_a_reconcile_fenced_mid_way_by_a_late_renewal_leaves_the_group_to_the_pass(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B9, 10,000 groups on 2 shards: a slow API server made a renewal late while kopf's
+    create handlers ran; their writes were fenced, the shard stayed this pod's (no hand-over),
+    and the groups stayed marked reconciled, so the pass never adopted them: 4 groups had no
+    Deployment 20 minutes on. Fenced, a group is left for the pass to adopt once owned."""
+
+    def fenced(body: Any, parsed: Any, held: Any) -> dict[str, Any]:
+        edge.late.add("mine")  # the renewal's deadline passes as the reconcile writes
+        with leadership.writing("team", "mine"):
+            raise AssertionError("written while not owned")
+
+    monkeypatch.setattr(watched, "ready", lambda namespace: True)
+    monkeypatch.setattr(applying.observer, "parse", lambda body, status, patch: object())
+    monkeypatch.setattr(applying, "_apply_all", fenced)
+    body = kopf.Body(group("mine", "u-fenced"))  # type: ignore[arg-type]
+    try:
+        with handlers._leading():  # as kopf's create handler runs it
+            applying.reconcile(body, body.status, kopf.Patch(), retry=0)
+        assert "u-fenced" not in applying.reconciled  # the pass adopts it once renewed
+        edge.late.clear()
+        assert handlers.observed(group("mine", "u-fenced"))
+    finally:
+        applying.listed.clear()
+        applying.reconciled.clear()
+
+
+def test_a_pause_change_fenced_mid_way_is_applied_again_by_the_pass(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same fence in a pause change: a group at rest has no other event, so the pass
+    must be told to apply it again once this pod owns the group."""
+
+    def fenced(body: Any, parsed: Any, held: Any) -> dict[str, Any]:
+        edge.late.add("mine")
+        with leadership.writing("team", "mine"):
+            raise AssertionError("written while not owned")
+
+    monkeypatch.setattr(applying, "_apply_all", fenced)
+    raw = group("mine", "u-paused")
+    raw["spec"] = example_spec()
+    applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
+    raw["metadata"]["annotations"] = {pause.PAUSED_REPLICAS: "2"}
+    try:
+        with handlers._leading():
+            applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
+        assert "u-paused" in pause.UNAPPLIED
+    finally:
+        pause.UNAPPLIED.clear()
+        applying._pauses.clear()

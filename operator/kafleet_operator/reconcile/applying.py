@@ -64,6 +64,18 @@ def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: in
         reconciled.discard(body.metadata["uid"])
         return
     reconciled.add(body.metadata["uid"])
+    try:
+        _reconcile_led(body, status, patch, retry)
+    except leadership.NotLeaderError:
+        # Fenced mid-way: a renewal late past its deadline (a slow API server) keeps the
+        # shard, so no hand-over comes to adopt the group; the pass adopts it once this pod
+        # owns it again (B9, 10,000 groups on 2 shards: 4 groups were never applied).
+        reconciled.discard(body.metadata["uid"])
+        raise
+
+
+def _reconcile_led(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: int) -> None:
+    namespace, name = body.metadata["namespace"], body.metadata["name"]
     parsed = observer.parse(body, status, patch)
     if parsed is None:
         metrics.reconciled(namespace, name, "invalid")
@@ -212,6 +224,9 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch) -> None:
             kube.scale(body, resume)
             held = dataclasses.replace(held, replicas=resume)
         deployment = _apply_all(body, parsed, held)
+    except leadership.NotLeaderError:
+        pause.UNAPPLIED[uid] = _apply_pause  # fenced mid-way: the pass applies it once owned
+        raise
     except (kube.NotOwnedError, k8s.ApiException, urllib3.exceptions.HTTPError) as exc:
         # Not recorded as seen: the group's next event, or its next pass (a group at rest has
         # no event: ``pause.UNAPPLIED``), tries again, so a pause change is never lost to an
