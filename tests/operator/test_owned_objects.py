@@ -116,13 +116,15 @@ def test_a_rollout_that_has_not_finished_is_progressing_and_not_ready(
     apply(k8s, namespace, stuck)
 
     progressing = wait_condition(k8s, namespace, "rolling", "Progressing", "True", timeout=30)
+    # RollingOut first says the Deployment's controller has not observed the new generation;
+    # once it has, the message counts the updated replicas (CI read between the two).
     wait_until(
         lambda: (
-            condition(get(k8s, namespace, "kcg", "rolling"), "Progressing").get("reason")
-            == "RollingOut"
+            "updated"
+            in condition(get(k8s, namespace, "kcg", "rolling"), "Progressing").get("message", "")
         ),
         30,
-        "Progressing reason=RollingOut",
+        "Progressing: the updated replicas counted",
         every=0.5,
     )
     group = get(k8s, namespace, "kcg", "rolling")
@@ -130,6 +132,7 @@ def test_a_rollout_that_has_not_finished_is_progressing_and_not_ready(
     print(json.dumps([ready, progressing], indent=1))
     assert ready["status"] == "False"
     assert ready["reason"] == "RollingOut"
+    assert progressing["reason"] == "RollingOut"
     assert "updated" in progressing["message"]
 
     apply_ready(k8s, namespace, consumer_group("rolling", kafka, topic, replicas=2))
