@@ -161,11 +161,12 @@ def put_back(type: str, body: kopf.Body, **_: Any) -> None:
 def _leading() -> Iterator[None]:
     """A handler whose group's shard was lost while it ran has written nothing since (the
     fence, ``leadership.writing``): it ends as done, so kopf writes no retry on the group; the
-    new leader adopts the group."""
+    shard's leader adopts the group: a new leader, or this pod once its late renewal is through
+    (``applying.fenced``)."""
     try:
         yield
     except leadership.NotLeaderError as exc:
-        log.info("%s: left to the shard's new leader", exc)
+        log.info("%s: left to the pass of the shard's leader (this pod's once renewed)", exc)
 
 
 class LedDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -188,7 +189,7 @@ def observed(body: Mapping[str, Any]) -> bool:
     meta = body["metadata"]
     uid = str(meta["uid"])
     if not leadership.holds_body(body):
-        applying.reconciled.discard(uid)
+        applying.let_go(body)
         return False
     if not leadership.owns_body(body) or not watched.ready(str(meta["namespace"])):
         return False

@@ -257,54 +257,171 @@ def test_the_pass_keeps_the_memory_of_a_held_group_and_forgets_the_others() -> N
     assert series["gone"].closed
 
 
-def test_a_reconcile_fenced_mid_way_by_a_late_renewal_leaves_the_group_to_the_pass(
-    edge: Edge, monkeypatch: pytest.MonkeyPatch
+class Writes:
+    """The group's writes, as this pod makes them: the objects applied and the statuses
+    patched, each through the fence; ``late_at`` names the write at which the renewal's
+    deadline passes (from then on nothing is owned, until the test renews)."""
+
+    def __init__(self, edge: Edge) -> None:
+        self.edge, self.late_at = edge, ""
+        self.applied: list[str] = []
+        self.statuses: list[dict[str, Any]] = []
+
+    def _write(self, what: str, name: str) -> None:
+        if what == self.late_at:
+            self.edge.late.add(name)
+        with leadership.writing("team", name):
+            pass
+
+    def apply_all(self, body: Any, parsed: Any, held: Any) -> dict[str, Any]:
+        self._write("objects", body.metadata["name"])
+        self.applied.append(body.metadata["name"])
+        return {"status": {}}
+
+    def patch_status(self, body: Any, status: Any) -> dict[str, Any]:
+        self._write("status", body["metadata"]["name"])
+        self.statuses.append(dict(status))
+        return {}
+
+
+@pytest.fixture
+def writes(edge: Edge, api: Api, monkeypatch: pytest.MonkeyPatch) -> Iterator[Writes]:
+    """A pod leading "mine", whose writes are recorded; its pass observes nothing further
+    than the adoption (``observer.observe_group`` is the pass's own, tested elsewhere)."""
+    made = Writes(edge)
+    monkeypatch.setattr(watched, "ready", lambda namespace: True)
+    monkeypatch.setattr(applying.observer, "parse", lambda body, status, patch: object())
+    monkeypatch.setattr(applying, "_apply_all", made.apply_all)
+    monkeypatch.setattr(applying, "_applied", lambda body, patch, deployment: patch.status.update(
+        appliedGeneration=body.metadata["generation"]))  # fmt: skip
+    monkeypatch.setattr(applying.kube, "patch_status", made.patch_status)
+    monkeypatch.setattr(applying.observer, "observe_group", lambda body, memo: None)
+    yield made
+    applying.listed.clear()
+    applying._fenced.clear()
+    applying._pauses.clear()
+    pause.UNAPPLIED.clear()
+
+
+def _pass(edge: Edge, api: Api, raw: dict[str, Any]) -> None:
+    """The group's next pass, as the API server holds it, once this pod owns it again."""
+    edge.late.clear()
+    api.groups[raw["metadata"]["name"]] = raw
+    if handlers.observed(raw):
+        handlers.observe(raw, {})
+
+
+def test_a_reconcile_fenced_mid_way_by_a_late_renewal_is_applied_by_the_pass_once_renewed(
+    edge: Edge, api: Api, writes: Writes
 ) -> None:
     """B9, 10,000 groups on 2 shards: a slow API server made a renewal late while kopf's
     create handlers ran; their writes were fenced, the shard stayed this pod's (no hand-over),
     and the groups stayed marked reconciled, so the pass never adopted them: 4 groups had no
-    Deployment 20 minutes on. Fenced, a group is left for the pass to adopt once owned."""
+    Deployment 20 minutes on. Fenced, a group is applied by the pass once this pod owns it."""
+    raw = group("mine", "u-fenced")
+    writes.late_at = "objects"
+    with handlers._leading():  # as kopf's create handler runs it
+        applying.reconcile(kopf.Body(raw), kopf.Body(raw).status, kopf.Patch(), retry=0)  # type: ignore[arg-type]
+    assert writes.applied == []
+    assert "u-fenced" not in applying.reconciled  # the pass adopts it once renewed
+    assert not handlers.observed(raw)  # not while late
 
-    def fenced(body: Any, parsed: Any, held: Any) -> dict[str, Any]:
-        edge.late.add("mine")  # the renewal's deadline passes as the reconcile writes
-        with leadership.writing("team", "mine"):
-            raise AssertionError("written while not owned")
+    writes.late_at = ""
+    _pass(edge, api, raw)
+    assert writes.applied == ["mine"]
+    assert writes.statuses == [{"appliedGeneration": 1}]
+    assert "u-fenced" in applying.reconciled
 
-    monkeypatch.setattr(watched, "ready", lambda namespace: True)
-    monkeypatch.setattr(applying.observer, "parse", lambda body, status, patch: object())
-    monkeypatch.setattr(applying, "_apply_all", fenced)
-    body = kopf.Body(group("mine", "u-fenced"))  # type: ignore[arg-type]
-    try:
-        with handlers._leading():  # as kopf's create handler runs it
-            applying.reconcile(body, body.status, kopf.Patch(), retry=0)
-        assert "u-fenced" not in applying.reconciled  # the pass adopts it once renewed
-        edge.late.clear()
-        assert handlers.observed(group("mine", "u-fenced"))
-    finally:
-        applying.listed.clear()
-        applying.reconciled.clear()
+
+def test_a_reconcile_that_finds_the_renewal_late_before_it_writes_is_applied_by_the_pass(
+    edge: Edge, api: Api, writes: Writes
+) -> None:
+    """Late at the top (a resume after an upgrade, of a group whose status says applied):
+    whatever its status says, the pass reconciles it once renewed, so the new objects land."""
+    raw = group("mine", "u-resumed", appliedGeneration=1)
+    edge.late.add("mine")
+    with handlers._leading():
+        applying.reconcile(kopf.Body(raw), kopf.Body(raw).status, kopf.Patch(), retry=0)  # type: ignore[arg-type]
+    _pass(edge, api, raw)
+    assert writes.applied == ["mine"]
+
+
+def test_an_adoption_whose_status_write_is_fenced_is_adopted_again(
+    edge: Edge, api: Api, writes: Writes
+) -> None:
+    """Its objects applied, its status not: the next pass as leader adopts it again (before,
+    it stayed marked reconciled with no ``appliedGeneration``: Reconciling for good)."""
+    raw = group("mine", "u-adopted")
+    applying.listed.add("u-adopted")
+    writes.late_at = "status"
+    api.groups["mine"] = raw
+    handlers.observe(raw, {})
+    assert writes.applied == ["mine"]
+    assert writes.statuses == []
+
+    writes.late_at = ""
+    _pass(edge, api, raw)
+    assert writes.applied == ["mine", "mine"]
+    assert writes.statuses == [{"appliedGeneration": 1}]
 
 
 def test_a_pause_change_fenced_mid_way_is_applied_again_by_the_pass(
-    edge: Edge, monkeypatch: pytest.MonkeyPatch
+    edge: Edge, api: Api, writes: Writes
 ) -> None:
     """The same fence in a pause change: a group at rest has no other event, so the pass
     must be told to apply it again once this pod owns the group."""
-
-    def fenced(body: Any, parsed: Any, held: Any) -> dict[str, Any]:
-        edge.late.add("mine")
-        with leadership.writing("team", "mine"):
-            raise AssertionError("written while not owned")
-
-    monkeypatch.setattr(applying, "_apply_all", fenced)
     raw = group("mine", "u-paused")
     raw["spec"] = example_spec()
     applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
     raw["metadata"]["annotations"] = {pause.PAUSED_REPLICAS: "2"}
-    try:
-        with handlers._leading():
-            applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
-        assert "u-paused" in pause.UNAPPLIED
-    finally:
-        pause.UNAPPLIED.clear()
-        applying._pauses.clear()
+    writes.late_at = "objects"
+    with handlers._leading():
+        applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
+    assert "u-paused" in pause.UNAPPLIED
+    assert writes.applied == []
+
+    edge.late.clear()
+    writes.late_at = ""
+    pause.UNAPPLIED.pop("u-paused")(kopf.Body(raw), kopf.Patch())  # as the pass runs it
+    assert writes.applied == ["mine"]
+
+
+def test_a_pause_change_that_comes_while_the_renewal_is_late_is_applied_by_the_pass(
+    edge: Edge, api: Api, writes: Writes
+) -> None:
+    """Before, a change seen while late was noted as seen and never applied (the fence only
+    stopped changes already under way)."""
+    raw = group("mine", "u-late-pause")
+    raw["spec"] = example_spec()
+    applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
+    edge.late.add("mine")
+    raw["metadata"]["annotations"] = {pause.PAUSED_REPLICAS: "2"}
+    with handlers._leading():
+        applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
+        applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
+    assert "u-late-pause" in pause.UNAPPLIED  # the second event did not note it as seen
+
+
+def test_a_pod_that_loses_the_shard_drops_what_it_meant_to_write_for_its_groups(
+    edge: Edge, api: Api, writes: Writes
+) -> None:
+    """A pause retry left from a fenced change must not run if this pod leads the group again
+    later: the other leader may have moved its count meanwhile."""
+    raw = group("mine", "u-lost")
+    raw["spec"] = example_spec()
+    applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
+    raw["metadata"]["annotations"] = {pause.PAUSED_REPLICAS: "2"}
+    writes.late_at = "objects"
+    with handlers._leading():
+        applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
+    assert "u-lost" in pause.UNAPPLIED
+
+    edge.led.discard("mine")  # the renewal failed: another pod leads the shard
+    assert not handlers.observed(raw)
+    assert "u-lost" not in pause.UNAPPLIED
+    edge.led.add("mine")
+    edge.late.clear()
+    writes.late_at = ""
+    with handlers._leading():
+        applying.pause_changed("MODIFIED", kopf.Body(raw), kopf.Patch())  # type: ignore[arg-type]
+    assert writes.applied == []  # the pause as it is now was noted on letting go: no change

@@ -53,24 +53,28 @@ listed: set[str] = set()
 # for one whose shard it came to lead after kopf had handed it over).
 reconciled: set[str] = set()
 _pauses: dict[str, pause.Pause] = {}  # each group's pause as this process last saw it
+# Groups whose reconcile this pod's fence stopped (a Lease lost, or renewed late: ``fenced``):
+# the pass reconciles them on adopting, whatever their status says.
+_fenced: set[str] = set()
 
 
 def reconcile(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retry: int) -> None:
     """Apply the group's objects as its spec says (unless reconciliation is paused, or another
     operator pod leads the group's shard: then nothing, and nothing is written)."""
     namespace, name = body.metadata["namespace"], body.metadata["name"]
-    listed.add(body.metadata["uid"])
+    uid = body.metadata["uid"]
+    listed.add(uid)
     if not leadership.owns(namespace, name):
-        reconciled.discard(body.metadata["uid"])
+        if leadership.holds(namespace, name):
+            fenced(uid)  # a renewal late: this pod's shard still, and no hand-over will come
+        else:
+            reconciled.discard(uid)
         return
-    reconciled.add(body.metadata["uid"])
+    reconciled.add(uid)
     try:
         _reconcile_led(body, status, patch, retry)
     except leadership.NotLeaderError:
-        # Fenced mid-way: a renewal late past its deadline (a slow API server) keeps the
-        # shard, so no hand-over comes to adopt the group; the pass adopts it once this pod
-        # owns it again (B9, 10,000 groups on 2 shards: 4 groups were never applied).
-        reconciled.discard(body.metadata["uid"])
+        fenced(uid)
         raise
 
 
@@ -94,6 +98,28 @@ def _reconcile_led(body: kopf.Body, status: kopf.Status, patch: kopf.Patch, retr
     metrics.reconciled(namespace, name, "applied")
 
 
+def fenced(uid: str) -> None:
+    """This pod's fence stopped a reconcile of the group (before or part-way through its
+    writes): reconciled by the pass once this pod owns the group again, whatever its status
+    says (``adopt``). A renewal late past its deadline (a slow API server) keeps the shard, so
+    no hand-over comes to do it: B9, 10,000 groups on 2 shards, 4 groups never applied."""
+    reconciled.discard(uid)
+    _fenced.add(uid)
+
+
+def let_go(body: Mapping[str, Any]) -> None:
+    """The group's shard is no longer this pod's: what this pod meant to do for it is dropped
+    (its leader does it), and its pause noted as it is now, so that a pause retry or change of
+    this pod's never runs on a count the other leader has moved since."""
+    meta = body.get("metadata") or {}
+    uid = str(meta.get("uid"))
+    if uid in reconciled or uid in _fenced or uid in pause.UNAPPLIED:  # else nothing to drop
+        reconciled.discard(uid)
+        _fenced.discard(uid)
+        pause.UNAPPLIED.pop(uid, None)
+        _pauses[uid] = pause.read(meta)
+
+
 def adopt(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """A group whose shard this pod came to lead after kopf had handed the group over (no
     kopf event will come for it): reconciled as a resume would, unless its status says its
@@ -104,27 +130,34 @@ def adopt(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
     down to that old count). A refusal is recorded in the status; a server's or a name's
     (which kopf would retry) is tried again at the next pass. The group to pass on with, as
     judged (None: gone, or being deleted)."""
+    uid = str((raw.get("metadata") or {}).get("uid"))
     body = raw
-    if not applied(raw):
+    if uid in _fenced or not applied(raw):
         fresh = owned.latest(raw)
         if fresh is None:
             return None
         body = fresh
     group = kopf.Body(cast(kopf.RawBody, body))
     meta, status = group.metadata, group.status
-    if applied(body):
-        reconciled.add(meta["uid"])
+    if applied(body) and uid not in _fenced:
+        reconciled.add(uid)
         return body
     log.info("%s/%s: reconciled on taking its shard", meta["namespace"], meta["name"])
     patch = kopf.Patch()
     try:
         reconcile(group, status, patch, retry=0)
     except kopf.TemporaryError:
-        reconciled.discard(meta["uid"])
+        reconciled.discard(uid)
     except kopf.PermanentError:
         pass  # recorded; an edit runs the reconcile again
     if patch.get("status"):
-        kube.patch_status(group, patch["status"])
+        try:
+            kube.patch_status(group, patch["status"])
+        except leadership.NotLeaderError:
+            fenced(uid)  # applied, but its status does not say so yet
+            raise
+    if uid in reconciled:
+        _fenced.discard(uid)
     return body
 
 
@@ -198,12 +231,15 @@ def pause_changed(type: str, body: kopf.Body, patch: kopf.Patch) -> None:
     if type == "DELETED":
         _pauses.pop(uid, None)
         reconciled.discard(uid)
+        _fenced.discard(uid)
         listed.discard(uid)
         pause.UNAPPLIED.pop(uid, None)
         owned.forget(body.metadata["namespace"], body.metadata["name"])
         return
     held, before = pause.read(body.metadata), _pauses.get(uid)
-    if before is None or before == held or not leadership.owns_body(body):
+    # A shard held with its renewal late goes on to the fence below, which leaves the change
+    # to the pass (``pause.UNAPPLIED``); noted as seen here, it was never applied.
+    if before is None or before == held or not leadership.holds_body(body):
         _pauses[uid] = held
         return
     log.info("%s: pause %s -> %s", body.metadata["name"], before, held)

@@ -208,7 +208,8 @@ def apply_service(owner: dict[str, Any]) -> dict[str, Any]:
             raise
     meta = service["metadata"]
     log.info("%s: the Service %s becomes headless", owner["metadata"]["name"], meta["name"])
-    k8s.CoreV1Api(client()).delete_namespaced_service(meta["name"], meta["namespace"])
+    with leadership.writing(meta["namespace"], owner["metadata"]["name"]):
+        k8s.CoreV1Api(client()).delete_namespaced_service(meta["name"], meta["namespace"])
     return apply(service)
 
 
