@@ -1,36 +1,32 @@
 """The configuration reference page: every field of the worker's ``ConsumerConfig``.
 
-Owns: walking the frozen pydantic model into its sections (the top level, then each nested
-model, such as ``queue`` or ``spark.batch``) and their fields, and writing each field's name as
-the file spells it (dotted for a nested one), its type, default, bounds and allowed values,
-description, the ``KAFLEET_*`` variable that sets it (from the model's own ``env_prefix`` and
+Owns: the page's sections (the top level, then each nested model, such as ``queue`` or
+``spark.batch``) and, in each, a row per field: its name as the file spells it (dotted for a
+nested one), type, default, bounds and allowed values as Markdown, description, the
+``KAFLEET_*`` variable that sets it (from the model's own ``env_prefix`` and
 ``env_nested_delimiter``) and the ``kafleet worker`` flag, read from the worker's parser
 (``worker_flags``), not guessed. ``page()`` is the Markdown.
 
-Does not own the fields (``kafleet/config/``), the flags (``kafleet/cli/worker.py``), or the
-rules that span fields (``kafleet/config/rules.py``; the page names the module). The CRD's own
-page is ``crd.py``'s.
+Does not read the model itself: the leaf fields and what the model says of each (nested model,
+type, default, bounds, pattern, allowed values) are ``kafleet.config.doc``'s, which
+``python -m kafleet.config.doc`` prints as a table too. Nor does it own the fields
+(``kafleet/config/``), the flags (``kafleet/cli/worker.py``), or the rules that span fields
+(``kafleet/config/rules.py``; the page names the module). The CRD's own page is ``crd.py``'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import types
-import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 from docgen import markdown
+from kafleet.config import doc
 
 __all__ = ["Field", "Section", "fields", "page", "sections", "worker_flags"]
-
-# The bounds pydantic keeps in a field's metadata, and how the page writes them.
-_BOUNDS = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
 
 
 @dataclass(frozen=True)
@@ -56,69 +52,25 @@ class Section:
     optional: bool  # the parent's field may be null: the section is off when unset
 
 
-def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
-    """The model a field holds (``SparkSettings | None`` too), and whether it may be null."""
-    args = typing.get_args(annotation)
-    optional = type(None) in args
-    inner = [a for a in args if a is not type(None)] if optional else [annotation]
-    if len(inner) == 1 and isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
-        return inner[0], optional
-    return None, optional
-
-
 def sections(model: type[BaseModel], path: str = "") -> Iterator[Section]:
     """The model and every model nested in it, depth first, in the order of the fields."""
     if not path:
         yield Section("", model, None, optional=False)
     for name, info in model.model_fields.items():
-        nested, optional = _nested_model(info.annotation)
+        nested, optional = doc.nested_model(info.annotation)
         if nested is not None:
             dotted = f"{path}{name}"
             yield Section(dotted, nested, info, optional)
             yield from sections(nested, f"{dotted}.")
 
 
-def type_text(annotation: Any) -> str:
-    """A field's type in Python's words without ``typing.``: ``int``, ``list[str]``,
-    ``str | null`` (a Literal is written as the type of its values; they go to constraints)."""
-    if annotation is type(None):
-        return "null"
-    if annotation is SecretStr:
-        return "str (secret)"
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Literal:
-        return " | ".join(dict.fromkeys(type(a).__name__ for a in args))
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(type_text(a) for a in args)
-    if origin is not None:
-        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(map(type_text, args))}]"
-    return getattr(annotation, "__name__", str(annotation))
-
-
-def _choices(annotation: Any) -> list[object]:
-    """The values a ``Literal`` (or an optional one) allows."""
-    if typing.get_origin(annotation) is typing.Literal:
-        return list(typing.get_args(annotation))
-    return [v for a in typing.get_args(annotation) for v in _choices(a)]
-
-
 def constraints(info: FieldInfo) -> str:
     """Bounds, lengths, the pattern and the allowed values of a field, as Markdown."""
-    found: list[str] = []
-    for meta in info.metadata:
-        for attribute, sign in _BOUNDS:
-            bound = getattr(meta, attribute, None)
-            if bound is not None:
-                found.append(f"{sign} {markdown.literal(bound)}")
-        for attribute, words in (("min_length", "length ≥"), ("max_length", "length ≤")):
-            length = getattr(meta, attribute, None)
-            if length is not None:
-                found.append(f"{words} {length}")
-        pattern = getattr(meta, "pattern", None)
-        if pattern is not None:
-            found.append(f"matches {markdown.code(str(pattern))}")
-    choices = _choices(info.annotation)
+    found = doc.bounds(info)
+    pattern = doc.pattern(info)
+    if pattern is not None:
+        found.append(f"matches {markdown.code(pattern)}")
+    choices = doc.choices(info.annotation)
     if choices:
         found.append("one of " + ", ".join(markdown.code(str(c)) for c in choices))
     return "; ".join(found)
@@ -126,11 +78,8 @@ def constraints(info: FieldInfo) -> str:
 
 def default_text(info: FieldInfo) -> str:
     """The default as it would be written in the file; ``required`` if there is none."""
-    if info.default is not PydanticUndefined:
-        value = info.default
-    elif info.default_factory is not None:
-        value = info.default_factory()  # type: ignore[call-arg]
-    else:
+    value = doc.default(info)
+    if value is doc.REQUIRED:
         return "required"
     if value is None:
         return "unset"
@@ -159,27 +108,21 @@ def fields(
     model: type[BaseModel], flags: Mapping[str, str], env_prefix: str, env_delimiter: str
 ) -> dict[str, list[Field]]:
     """Every leaf field, by the dotted path of its section ("" for the top level)."""
-    out: dict[str, list[Field]] = {}
-    for section in sections(model):
-        prefix = f"{section.path}." if section.path else ""
-        rows = out.setdefault(section.path, [])
-        for name, info in section.model.model_fields.items():
-            if _nested_model(info.annotation)[0] is not None:
-                continue  # a section of its own
-            dotted = prefix + name
-            env = env_prefix + dotted.upper().replace(".", env_delimiter)
-            flag = flags.get(dotted)
-            rows.append(
-                Field(
-                    name=dotted,
-                    type=markdown.code(type_text(info.annotation)),
-                    default=default_text(info),
-                    constraints=constraints(info),
-                    description=markdown.prose(info.description or ""),
-                    env=markdown.code(env),
-                    flag=markdown.code(flag) if flag else "none: the file or the variable",
-                )
+    out: dict[str, list[Field]] = {section.path: [] for section in sections(model)}
+    for dotted, info in doc.leaf_fields(model):
+        env = env_prefix + dotted.upper().replace(".", env_delimiter)
+        flag = flags.get(dotted)
+        out[dotted.rpartition(".")[0]].append(
+            Field(
+                name=dotted,
+                type=markdown.code(doc.type_text(info.annotation)),
+                default=default_text(info),
+                constraints=constraints(info),
+                description=markdown.prose(info.description or ""),
+                env=markdown.code(env),
+                flag=markdown.code(flag) if flag else "none: the file or the variable",
             )
+        )
     return out
 
 
