@@ -29,6 +29,7 @@ from tests.faults.test_broker_roll import PARTITIONS, protocol_flags, wait_commi
 from tests.infra import offsets
 from tests.infra import spark as spark_infra
 from tests.infra.kafka_cluster import KafkaCluster
+from tests.infra.records import read_records, record_number
 from tests.infra.waiting import wait_until
 
 DOWN_S = 20
@@ -212,11 +213,18 @@ def test_exactly_once_through_a_roll_a_coordinator_kill_and_a_worker_kill_lands_
     resumed = f"{topic}[{partition}] resumes at {written_to + 1}, after the sink's output"
     copies = Counter((p, o) for p, o, _ in rows)
     numbers = Counter(n for *_, n in rows)
+    # The log as it is: an idempotent producer may still write a record twice through leader
+    # moves (librdkafka#4953: an epoch bump after a failed in-flight request; CI: 21,609
+    # records in the log for 21,607 sent). Exactly-once is each offset once, with its record.
+    log = {(m.partition(), m.offset()): record_number(m.value() or b"")
+           for m in read_records(bootstrap, topic, sum(ends.values()), timeout_s=120)}  # fmt: skip
+    in_log = Counter(log.values())
     acknowledged = set(producer.acknowledged)
     starved, unwritten = longest_unwritten(commits, warm, aimed)
     print(
         f"\nclassic, 2 workers, {RATE}/s: {len(rows)} rows in {len(commits)} Delta commits, "
-        f"{len(acknowledged)} records acknowledged, {producer.sent} sent; warm after "
+        f"{len(acknowledged)} records acknowledged, {producer.sent} sent, "
+        f"{sum(c - 1 for c in in_log.values())} written twice by the producer; warm after "
         f"{warm - began:.0f} s\n"
         f"roll of {roll_end - roll_start:.0f} s; coordinator (node {node}) killed for "
         f"{back - killed:.0f} s\n"
@@ -232,9 +240,12 @@ def test_exactly_once_through_a_roll_a_coordinator_kill_and_a_worker_kill_lands_
     expected = {(p, o) for p in range(PARTITIONS) for o in range(ends[p])}
     assert not expected - set(copies), f"offsets lost: {sorted(expected - set(copies))[:5]}"
     assert not set(copies) - expected, f"offsets past the log: {sorted(set(copies) - expected)[:5]}"
-    assert [n for n, c in numbers.items() if c > 1] == [], "a record twice in the table"
+    assert len(log) == sum(ends.values()), "the test could not read the whole log back"
+    assert [(p, o) for p, o, n in rows if log[(p, o)] != n] == [], "a row not its offset's record"
+    assert [n for n, c in numbers.items() if c > in_log[n]] == [], "a record twice in the table"
     assert set(numbers) == acknowledged, f"lost {sorted(acknowledged - set(numbers))[:5]}"
-    assert len(rows) == producer.sent == len(acknowledged)
+    assert len(rows) == len(log)
+    assert producer.sent == len(acknowledged)
     assert last_batch == {p: end - 1 for p, end in ends.items()}, "a last txnVersion is off"
     assert committed_then <= written_to, "the kill came after the group's commit: aim again"
     assert resumed in logs, "the next owner did not resume after the table's output"
