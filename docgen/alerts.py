@@ -3,8 +3,9 @@
 Owns: reading ``charts/kafleet/rules/kafleet-alerts.yaml`` (the rules the chart's
 PrometheusRule carries) into one entry per alert: its group, name, severity, how long its
 condition must hold (``for``), expression, summary and description, and the link to its runbook
-on the Runbooks page, whose heading for an alert is the alert's name (so its anchor is the name
-in lower case, as the chart's ``runbookUrl`` links too). ``page()`` is the Markdown.
+on the Runbooks page, whose heading for an alert is the alert's name (so its anchor,
+``markdown.anchor``, is the name in lower case, as the chart's ``runbookUrl`` links too).
+``page()`` is the Markdown.
 
 Does not own the rules (the chart's file, tested with ``promtool test rules``) or the runbooks'
 prose (``docs/operate/runbooks.md``).
@@ -73,7 +74,7 @@ def alerts(rule_file: Mapping[str, Any]) -> list[Alert]:
 
 def runbook_link(alert: Alert) -> str:
     """The runbook's address from this page: the Runbooks page at the alert's anchor."""
-    return f"{RUNBOOKS}#{alert.name.lower()}"
+    return f"{RUNBOOKS}#{markdown.anchor(alert.name)}"
 
 
 INTRO = """\
@@ -104,7 +105,7 @@ def _section(alert: Alert) -> str:
 def page(found: list[Alert]) -> str:
     """The alerts' reference page, Markdown."""
     rows = [
-        [f"[{a.name}](#{a.name.lower()})", a.severity, a.for_ or "at once",
+        [f"[{a.name}](#{markdown.anchor(a.name)})", a.severity, a.for_ or "at once",
          markdown.prose(a.summary), f"[runbook]({runbook_link(a)})"]
         for a in found
     ]  # fmt: skip

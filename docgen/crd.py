@@ -13,7 +13,6 @@ worker's own configuration page (``configuration.py``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ class Field:
     constraints: str
     description: str
     required: bool
+    table: str | None  # the path of its own table (an object, its items or its values)
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,6 @@ def load(path: Path = CRD) -> dict[str, Any]:
     """The CRD manifest."""
     manifest: dict[str, Any] = yaml.safe_load(path.read_text())
     return manifest
-
-
-def anchor(heading: str) -> str:
-    """The anchor Python-Markdown's ``toc`` gives a heading of this text."""
-    text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
-    return re.sub(r"[-\s]+", "-", text)
 
 
 def _inner(schema: Schema) -> tuple[str, Schema] | None:
@@ -134,6 +128,7 @@ def fields(obj: Object) -> list[Field]:
     out = []
     for name, sub in (obj.schema.get("properties") or {}).items():
         default = sub.get("default")
+        inner = _inner(sub)
         out.append(
             Field(
                 path=f"{obj.path}.{name}",
@@ -142,18 +137,17 @@ def fields(obj: Object) -> list[Field]:
                 constraints=constraints(sub),
                 description=markdown.prose(str(sub.get("description", ""))),
                 required=name in required,
+                table=None if inner is None else f"{obj.path}.{name}{inner[0]}",
             )
         )
     return out
 
 
-def _field_cell(field: Field, children: set[str]) -> str:
+def _field_cell(field: Field) -> str:
     """The field's name, linked to its own table if it has one, and whether it is required."""
     name = markdown.code(field.path.rsplit(".", 1)[-1])
-    for suffix in ("", "[]", "{}", "[][]", "{}[]", "[]{}"):
-        if field.path + suffix in children:
-            name = f"[{name}](#{anchor(field.path + suffix)})"
-            break
+    if field.table is not None:
+        name = f"[{name}](#{markdown.anchor(field.table)})"
     return name + " (required)" if field.required else name
 
 
@@ -171,11 +165,8 @@ def _rules(schema: Schema) -> str:
 HEAD = ["Field", "Type", "Default", "Allowed", "Description"]
 
 
-def _object_section(obj: Object, children: set[str], heading: bool) -> str:
-    rows = [
-        [_field_cell(f, children), f.type, f.default, f.constraints, f.description]
-        for f in fields(obj)
-    ]
+def _object_section(obj: Object, heading: bool) -> str:
+    rows = [[_field_cell(f), f.type, f.default, f.constraints, f.description] for f in fields(obj)]
     parts = [f"### `{obj.path}`\n"] if heading else []
     if obj.schema.get("description"):
         parts.append(markdown.prose(str(obj.schema["description"])) + "\n")
@@ -209,12 +200,10 @@ def page(manifest: Mapping[str, Any]) -> str:
         schema = root["properties"].get(top)
         if schema is None:
             continue
-        found = list(objects(schema, top))
-        children = {o.path for o in found}
         parts.append(f"## `{top}`\n")
         if top == "status":
             parts.append("Written by the operator, never by hand (the `status` subresource).\n")
-        parts += [_object_section(obj, children, heading=n > 0) for n, obj in enumerate(found)]
+        parts += [_object_section(o, heading=n > 0) for n, o in enumerate(objects(schema, top))]
     parts.append(_printer_columns(version))
     return "\n".join(parts)
 

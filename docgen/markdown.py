@@ -3,8 +3,8 @@
 Owns: escaping text taken from the code (descriptions, help texts, annotations) so that it
 reads as written: ``<group_id>`` stays visible instead of becoming an HTML tag, a ``*`` does
 not start emphasis, a pipe stays in its table cell; code spans in that text (``like this``)
-are left as they are. Also inline code that survives backticks in its text, and a value written
-as it would be in a YAML file. Does not know any page.
+are left as they are. Also inline code that survives backticks in its text, a value written
+as it would be in a YAML file, and the anchor a heading gets. Does not know any page.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Sequence
 
-__all__ = ["cell", "code", "literal", "prose", "table"]
+__all__ = ["anchor", "cell", "code", "literal", "prose", "table"]
 
 # A code span: a run of backticks, anything, the same run again (and not a longer one).
 _CODE_SPAN = re.compile(r"(`+).+?(?<!`)\1(?!`)")
@@ -63,6 +63,14 @@ def literal(value: object) -> str:
     """A default or a bound as it would be written in a YAML file: ``true``, ``"earliest"``,
     ``[]``; ``None`` as ``null``."""
     return json.dumps(value, ensure_ascii=False)
+
+
+def anchor(heading: str) -> str:
+    """The anchor Python-Markdown's ``toc`` gives a heading of this text (its words, lower
+    case, joined by dashes): ``spec.queue`` -> ``specqueue``, ``KafleetLagHigh`` ->
+    ``kafleetlaghigh``."""
+    text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
