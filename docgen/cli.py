@@ -55,14 +55,9 @@ class Command:
     subcommands: tuple[str, ...]
 
 
-def _help(action: argparse.Action, prog: str) -> str:
-    text = action.help or ""
-    if "%" in text:  # as argparse's HelpFormatter._expand_help
-        params = {k: v for k, v in vars(action).items() if v is not argparse.SUPPRESS}
-        params["prog"] = prog
-        if params.get("choices") is not None:
-            params["choices"] = ", ".join(map(str, params["choices"]))
-        text = text % params
+def _help(action: argparse.Action, parser: argparse.ArgumentParser) -> str:
+    # Filled in by the parser's own formatter (%(default)s, %(prog)s...), as --help does.
+    text = parser._get_formatter()._expand_help(action) if action.help else ""
     if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
         choices = ", ".join(map(str, action.choices))
         text = f"{text} (one of {choices})" if text else f"One of {choices}."
@@ -88,12 +83,12 @@ def _value(action: argparse.Action) -> str:
     return action.dest.upper().rsplit(":", 1)[-1].replace(".", "_")
 
 
-def argument(action: argparse.Action, prog: str) -> Argument:
+def argument(action: argparse.Action, parser: argparse.ArgumentParser) -> Argument:
     return Argument(
         flags=tuple(action.option_strings) or (_value(action),),
         value=_value(action) if action.option_strings else "",
         default=_default(action),
-        help=_help(action, prog),
+        help=_help(action, parser),
     )
 
 
@@ -109,7 +104,7 @@ def commands(parser: argparse.ArgumentParser, summary: str = "") -> Iterator[Com
                 for name, sub in action.choices.items():
                     subcommands[name] = (sub, helps.get(name, ""))
             elif not isinstance(action, argparse._HelpAction):
-                found.append(argument(action, parser.prog))
+                found.append(argument(action, parser))
         if found:
             groups.append(Group(group.title or "", group.description or "", tuple(found)))
     yield Command(parser.prog, summary, parser.description or "", tuple(groups), tuple(subcommands))
