@@ -12,10 +12,16 @@ from kafleet.cli.main import build_parser
 from tests.docs.pages import row, section
 
 
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's subcommands by name, found here apart from the generator's own walk."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
 def test_every_subcommand_has_a_section_of_its_own() -> None:
     text = cli.build()
-    parser = build_parser()
-    choices = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    choices = subcommands(build_parser())
 
     assert {"worker", "sidecar", "operator"} <= set(choices)
     for name in choices:
@@ -25,12 +31,8 @@ def test_every_subcommand_has_a_section_of_its_own() -> None:
 def test_every_flag_of_every_command_is_on_the_page() -> None:
     text = cli.build()
     parser = build_parser()
-    commands = [("kafleet", parser)] + [
-        (f"kafleet {name}", sub)
-        for action in parser._actions
-        if isinstance(action, argparse._SubParsersAction)
-        for name, sub in action.choices.items()
-    ]
+    commands = [("kafleet", parser)]
+    commands += [(f"kafleet {name}", sub) for name, sub in subcommands(parser).items()]
 
     for prog, command in commands:
         under = section(text, f"## `{prog}`")
