@@ -9,7 +9,7 @@ parser), the alerts (``alerts.py``, from the chart's rule file) and the benchmar
 (``benchmarks.py`` with ``svg.py``, from the results published in ``docs/benchmarks/data/``);
 ``markdown.py`` holds the table and cell helpers they share.
 
-Does not own writing the site: ``docs/gen/*.py`` are the mkdocs-gen-files scripts that call
+Does not own writing the site: ``docs/gen/pages.py`` is the mkdocs-gen-files script that calls
 these at each build (``make docs``), and the hand-written pages are in ``docs/``. Publishing
 benchmark results is ``bench/publish.py``'s.
 """
