@@ -8,16 +8,15 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
+import bench
 from bench.harness import Context, machine
 from tests.infra import kafka as kafka_infra
 from tests.infra import processes
 
 
 def discover() -> list[str]:
-    here = Path(__file__).resolve().parent
-    return sorted(p.stem for p in here.glob("b[0-9]*_*.py"))
+    return [path.stem for path in bench.modules()]
 
 
 def _names(module: str, name: str) -> bool:

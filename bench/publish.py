@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import bench
+
 __all__ = ["DATA", "RESULTS", "Result", "publish", "published", "read"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,14 +84,15 @@ def read(path: Path) -> Result:
     )
 
 
-def _number(name: str) -> int:
-    return int(name[1:])
+def _results(folder: Path) -> list[Path]:
+    """The benchmarks' own results in ``folder`` (``b<N>.json``), by benchmark number."""
+    paths = [p for p in folder.glob("b*.json") if NAME.match(p.stem)]
+    return sorted(paths, key=lambda p: bench.number(p.stem))
 
 
 def published(folder: Path = DATA) -> list[Result]:
     """Every result published in ``folder``, by benchmark number."""
-    paths = [p for p in folder.glob("b*.json") if NAME.match(p.stem)]
-    return [read(p) for p in sorted(paths, key=lambda p: _number(p.stem))]
+    return [read(p) for p in _results(folder)]
 
 
 def publish(names: Sequence[str], source: Path = RESULTS, target: Path = DATA) -> list[Path]:
@@ -101,7 +104,7 @@ def publish(names: Sequence[str], source: Path = RESULTS, target: Path = DATA) -
             raise ValueError(f"not a benchmark's name (b0, b1, ...): {', '.join(bad)}")
         paths = [source / f"{n}.json" for n in names]
     else:
-        paths = sorted(p for p in source.glob("b*.json") if NAME.match(p.stem))
+        paths = _results(source)
         if not paths:
             raise ValueError(f"{source}: no results (b<N>.json) to publish")
     for path in paths:

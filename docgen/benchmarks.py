@@ -18,14 +18,13 @@ import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+import bench
 from bench.publish import Result
 from docgen import markdown, svg
 
 __all__ = ["CHARTS", "Chart", "Page", "bars", "benchmarks", "charts_of", "page"]
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 # Where the SVG files go, beside the page (benchmarks/charts.md).
 IMAGES = "img"
 
@@ -129,14 +128,14 @@ class Benchmark:
     about: str
 
 
-def benchmarks(folder: Path = BENCH) -> list[Benchmark]:
-    """Every benchmark module of ``bench/`` (``b<N>_<name>.py``), by number, read without
+def benchmarks() -> list[Benchmark]:
+    """Every benchmark module of ``bench/`` (``bench.modules()``), by number, read without
     importing it (they import Kafka's client and the test bed)."""
     found = []
-    for path in folder.glob("b[0-9]*_*.py"):
+    for path in bench.modules():
         doc = " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split())
         found.append(Benchmark(path.stem.split("_", 1)[0], re.split(r"(?<=\.)\s", doc)[0]))
-    return sorted(found, key=lambda b: int(b.name[1:]))
+    return found
 
 
 def _slug(text: str) -> str:
@@ -198,7 +197,7 @@ def page(known: Sequence[Benchmark], results: Sequence[Result]) -> Page:
     """The charts page: every benchmark of ``known`` and of ``results``, by number."""
     by_name = {r.name: r for r in results}
     about = {b.name: b.about for b in known}
-    names = sorted({*about, *by_name}, key=lambda n: int(n[1:]))
+    names = sorted({*about, *by_name}, key=bench.number)
     parts = [INTRO]
     files: dict[str, str] = {}
     for name in names:
