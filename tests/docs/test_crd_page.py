@@ -6,8 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from docgen import crd
+from docgen import crd, markdown
 from tests.docs.pages import row, section
+
+
+def openapi(manifest: Mapping[str, Any]) -> Any:
+    """The schema of the CRD's one version."""
+    return manifest["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
 def objects(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -23,7 +28,7 @@ def objects(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping
 
 def test_every_property_of_every_object_of_the_crd_is_on_the_page() -> None:
     manifest = crd.load()
-    root = manifest["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    root = openapi(manifest)["properties"]
     text = crd.page(manifest)
 
     found = [o for top in ("spec", "status") for o in objects(root[top], top)]
@@ -48,60 +53,41 @@ def test_required_fields_defaults_bounds_and_enums_are_shown() -> None:
 
 def test_every_cel_rule_is_listed_with_its_message() -> None:
     manifest = crd.load()
-    rules = manifest["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
-        "x-kubernetes-validations"
+    root = openapi(manifest)
+    rules = [
+        *root["x-kubernetes-validations"],
+        *root["properties"]["spec"]["x-kubernetes-validations"],
     ]
     text = crd.page(manifest)
 
+    assert len(rules) > 5
     for rule in rules:
         assert f"`{rule['rule']}`" in text
+        assert f"- {markdown.prose(rule['message'])}" in text
 
 
-SMALL: dict[str, Any] = {
-    "spec": {
-        "group": "example.io",
-        "names": {"kind": "Thing", "plural": "things", "shortNames": ["th"]},
-        "versions": [
-            {
-                "name": "v1",
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "required": ["size"],
-                                "properties": {
-                                    "size": {
-                                        "type": "integer",
-                                        "minimum": 0,
-                                        "exclusiveMinimum": True,
-                                        "default": 3,
-                                    },
-                                    "tags": {
-                                        "type": "object",
-                                        "additionalProperties": {"type": "string"},
-                                    },
-                                    "parts": {
-                                        "type": "array",
-                                        "items": {
-                                            "type": "object",
-                                            "properties": {"name": {"type": "string"}},
-                                        },
-                                    },
-                                },
-                            }
-                        },
-                    }
-                },
-            }
-        ],
-    }
+def thing(spec: dict[str, Any]) -> dict[str, Any]:
+    """A small CRD, kind Thing, whose ``spec`` has this schema."""
+    root = {"type": "object", "properties": {"spec": spec}}
+    version = {"name": "v1", "schema": {"openAPIV3Schema": root}}
+    names = {"kind": "Thing", "plural": "things", "shortNames": ["th"]}
+    return {"spec": {"group": "example.io", "names": names, "versions": [version]}}
+
+
+PART = {"type": "object", "properties": {"name": {"type": "string"}}}
+SPEC: dict[str, Any] = {
+    "type": "object",
+    "required": ["size"],
+    "properties": {
+        "size": {"type": "integer", "minimum": 0, "exclusiveMinimum": True, "default": 3},
+        "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+        "parts": {"type": "array", "items": PART},
+    },
 }
 
 
 def test_a_small_crd_reads_as_its_schema_says() -> None:
-    text = crd.page(SMALL)
+    text = crd.page(thing(SPEC))
 
     size = row(section(text, "## `spec`"), "`size`")
     assert "(required)" in size
