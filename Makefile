@@ -269,8 +269,9 @@ node-tools: k8s-tools node-packages ## The node's packages, and build the pause 
 	@$(NODE) tools >/dev/null
 
 .PHONY: node-up
-node-up: node-tools k8s-up ## Start a real node (containerd, runc, kubelet, kube-proxy; root) on the development control plane.
+node-up: node-tools k8s-up ## Start a real node (containerd, runc, kubelet, kube-proxy; root) on the development control plane, with the project's images imported (make images).
 	$(NODE) up
+	$(NODE) images
 
 .PHONY: node-down
 node-down: venv ## Stop the development real node (and undo what it changed on the machine).

@@ -540,6 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"stopped the development broker on {broker.bootstrap}", file=sys.stderr)
             return 0
         if running and broker is not None:
+            _say_pods(broker)
             print(broker.bootstrap)
             return 0
         started = time.monotonic()
@@ -549,11 +550,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{time.monotonic() - started:.1f} s); log: {broker.log_path}",
             file=sys.stderr,
         )
+        _say_pods(broker)
         print(broker.bootstrap)
         return 0
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _say_pods(broker: KafkaBroker) -> None:
+    """Where pods reach the broker: a ConsumerGroup's ``bootstrap_servers`` on the real node."""
+    if broker.pods_port:
+        print(f"pods on the real node (make node-up) reach it at {broker.pods_bootstrap}",
+              file=sys.stderr)  # fmt: skip
 
 
 if __name__ == "__main__":

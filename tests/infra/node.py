@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.infra import (
+    images,
     k8s,
     k8s_build,
     node_cgroups,
@@ -363,9 +364,10 @@ def start_node(
 
 def main(argv: list[str] | None = None) -> int:
     command = (argv or sys.argv[1:] or ["status"])[0]
-    if command not in ("up", "down", "status", "packages", "tools"):
+    if command not in ("up", "down", "status", "packages", "tools", "images"):
         print(
-            f"usage: python -m tests.infra.node up|down|status|packages|tools (not {command!r})",
+            "usage: python -m tests.infra.node up|down|status|packages|tools|images "
+            f"(not {command!r})",
             file=sys.stderr,
         )
         return 2
@@ -388,6 +390,15 @@ def main(argv: list[str] | None = None) -> int:
         on_plane = plane is not None and plane.running()
         server = plane.server if plane is not None and on_plane else None
         current = node is not None and node.running() and node.server == server
+        if command == "images":  # the project's images, built (or reused) and imported
+            if node is None or not current:
+                print("the development node is not running (make node-up)", file=sys.stderr)
+                return 1
+            for ref in node.load_images(images.build_all()):
+                print(f"imported {ref}", file=sys.stderr)
+            refs = node_images.image_refs(node.layout.socket)
+            print("\n".join(sorted(ref for ref in refs if not ref.startswith("sha256:"))))
+            return 0
         if command == "status" or (command == "up" and current):
             if current:
                 print(NODE_NAME)
