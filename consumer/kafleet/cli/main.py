@@ -111,7 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kafleet.errors import ConfigError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if getattr(args, "unavailable", None):  # before its flags, which are unknown without it
+        parser.error(_operator_not_installed(args.unavailable))
+    if unknown:  # what parse_args says
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help()
         return 0
@@ -138,9 +142,6 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"{jvm.fetch_jars(args.dir)}/*")
         return 0
     if args.command == "operator":
-        missing = getattr(args, "unavailable", None)
-        if missing:
-            parser.error(_operator_not_installed(missing))
         from kafleet_operator import main as operator_main
 
         return operator_main.run(args)
