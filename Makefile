@@ -325,7 +325,7 @@ HELM ?=
 .PHONY: dist
 dist: venv ## Build the sdist and, from it, the wheel into dist/ (python -m build), and check both with twine check.
 	rm -f dist/*.whl dist/*.tar.gz
-	$(PY) -m build --outdir dist .
+	$(PY) -m build --quiet --outdir dist .
 	$(PY) -m twine check --strict dist/*.whl dist/*.tar.gz
 
 .PHONY: chart-package
