@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kafleet.health.assessment import liveness, readiness
+from kafleet.sidecar.server import Sidecar
 
 NOW = 1_000_000.0
 
@@ -140,3 +142,19 @@ def test_a_worker_with_no_stalled_partition_or_an_older_one_without_the_key_is_u
     assert readiness(state(stalled_partitions={}), NOW).ok
     assert readiness(state(), NOW).ok
     assert live(state(stalled_partitions={}))[0]
+
+
+def test_a_partition_this_worker_has_committed_nothing_on_is_not_judged_stalled(
+    tmp_path: Path,
+) -> None:
+    """A worker restarted on a caught-up group commits nothing: its partitions said STALL,
+    then STOP (the lag read as the whole log, never moving), and the STOP alert fired on an
+    idle, healthy worker. Until it commits, a partition has no lag status, as it has no lag."""
+    sidecar = Sidecar(tmp_path / "state.json", lag_window=3, stop_after_s=0.0)
+    idle = {"topic": "orders", "partition": 0, "committed": None, "log_end": 75}
+    for at in range(5):
+        assert sidecar.sample({"written_at": float(at), "partitions": {"orders[0]": idle}}) == {}
+    stuck = {**idle, "committed": 10}
+    for at in range(5, 10):
+        found = sidecar.sample({"written_at": float(at), "partitions": {"orders[0]": stuck}})
+    assert found["orders[0]"] in ("STALL", "STOP")  # once it has committed, it is judged

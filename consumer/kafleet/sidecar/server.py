@@ -113,10 +113,13 @@ class Sidecar:
                 at = float(state.get("written_at", time.time()))
                 for key, part in state.get("partitions", {}).items():
                     end, committed = part.get("log_end"), part.get("committed")
-                    if end is None:
+                    # Nothing committed by this worker yet (a worker restarted on a caught-up
+                    # group commits nothing): no sample, as its lag metric has none. Read as
+                    # 0, its lag was the whole log and never moved: STALL, then STOP.
+                    if end is None or committed is None:
                         continue
                     window = self._windows.setdefault(key, LagWindow(self.lag_window))
-                    window.add(Sample(at, committed if committed is not None else 0, end))
+                    window.add(Sample(at, committed, end))
                 for gone in set(self._windows) - set(state.get("partitions", {})):
                     del self._windows[gone]
             return {k: w.judge(self.stop_after_s) for k, w in self._windows.items()}
