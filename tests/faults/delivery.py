@@ -116,6 +116,7 @@ class Delivery:
 
     def __post_init__(self) -> None:
         self.handled = Counter(r.number for r in self.receipts)
+        self._offsets = Counter((r.partition, r.offset) for r in self.receipts)
 
     @property
     def lost(self) -> list[int]:
@@ -123,8 +124,18 @@ class Delivery:
 
     @property
     def duplicates(self) -> int:
-        """Handlings beyond the first, summed over the records."""
-        return sum(count - 1 for count in self.handled.values() if count > 1)
+        """Handlings beyond the first, summed over the records' offsets: the consumer's count.
+        A record at two offsets is two records to it: an idempotent producer may still write
+        one twice through leader moves (librdkafka#4953), which ``written_twice`` counts."""
+        return sum(count - 1 for count in self._offsets.values() if count > 1)
+
+    @property
+    def written_twice(self) -> int:
+        """Records the log holds at more than one offset (of those handled): the producer's."""
+        offsets: dict[int, set[tuple[int, int]]] = {}
+        for r in self.receipts:
+            offsets.setdefault(r.number, set()).add((r.partition, r.offset))
+        return sum(len(found) - 1 for found in offsets.values())
 
     def longest_stall(self, start: float, end: float) -> float:
         """The longest time within [start, end] in which no record was handled."""
@@ -180,7 +191,8 @@ class Delivery:
         p99 = waits[int(len(waits) * 0.99) - 1] if waits else 0.0
         return (
             f"acknowledged {len(self.acknowledged)}, lost {len(self.lost)}, handled twice "
-            f"{self.duplicates}, longest stall {self.longest_stall(start, end):.1f} s "
+            f"{self.duplicates} (written twice by the producer: {self.written_twice}), "
+            f"longest stall {self.longest_stall(start, end):.1f} s "
             f"(acknowledgements: {self.longest_quiet(start, end):.1f} s), "
             f"rate {self.rate(start, end):.0f}/s, wait p99 {p99:.2f} s, "
             f"settled after {self.settled_after(start, end):.1f} s"
