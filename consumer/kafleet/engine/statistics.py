@@ -2,15 +2,14 @@
 
 Owns: parsing the JSON that ``statistics.interval.ms`` delivers to ``stats_cb`` (on the Poller's
 thread, inside ``consume()``) into, per assigned partition, its high watermark and application
-offset (the worker's lag figures) and a ``Reading`` for the watch over fetching: the log end as
-the consumer's ``isolation.level`` sees it (``ls_offset`` for read_committed, librdkafka's
-default, so an open transaction is no lag), the furthest of librdkafka's own positions (the
-fetcher's ``next_offset`` passes transaction markers and aborted records that no record
-returned to kafleet shows), the fetch state, the records fetched and not read yet
-(``fetchq_cnt``), and whether the partition has a leader; and whether the member is steady in
-its group. Field names as ``rdkafka.c``'s
-``rd_kafka_stats_emit_toppar`` writes them; a log end there is learnt from fetch responses, so
-it stops moving when the partition's fetcher does.
+offset (the worker's lag figures) and a ``Reading`` for the watch over fetching: the log end as the
+consumer's ``isolation.level`` sees it (``ls_offset`` for read_committed, librdkafka's default, so
+an open transaction is no lag), the furthest of librdkafka's own positions (the fetcher's
+``next_offset`` passes transaction markers and aborted records that no record returned to kafleet
+shows), the fetch state, the records fetched and not read yet (``fetchq_cnt``; both of these only
+while the fetcher is started), and whether the partition has a leader; and whether the member is
+steady in its group. Field names as ``rdkafka.c``'s ``rd_kafka_stats_emit_toppar`` writes them; a
+log end there is learnt from fetch responses, so it stops moving when the partition's fetcher does.
 
 Pure: no I/O. Does not own what is made of the readings (``fetch_watch.py``, ``consumer.py``).
 """
@@ -20,6 +19,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from kafleet.engine.fetch_stalls import STARTED
 
 TP = tuple[str, int]
 
@@ -63,15 +64,17 @@ def read_statistics(
                 continue
             if part.get("hi_offset", -1) >= 0:
                 ends[tp] = (int(part["hi_offset"]), int(part.get("app_offset", -1)))
-            positions = [
-                _offset(part.get(key)) for key in ("next_offset", "app_offset", "committed_offset")
-            ]
-            known = [p for p in positions if p is not None]
+            # A stopped fetcher's queue holds records of an older op version, never delivered
+            # (a fetch answered as it stopped), and its next_offset is past them: neither says
+            # where kafleet is, and counted they hid a stopped partition's lag for good.
+            started = part.get("fetch_state") in STARTED
+            keys = ("next_offset",) * started + ("app_offset", "committed_offset")
+            known = [p for key in keys if (p := _offset(part.get(key))) is not None]
             readings[tp] = Reading(
                 _offset(part.get("ls_offset" if read_committed else "hi_offset")),
                 max(known) if known else None,
                 part.get("fetch_state"),
-                int(part.get("fetchq_cnt", 0)),
+                int(part.get("fetchq_cnt", 0)) if started else 0,
                 int(part.get("leader", 0)) >= 0,  # -1: no leader known
             )
     return ends, readings, steady
