@@ -159,6 +159,8 @@ def test_two_pods_split_two_shards_and_a_lost_pods_shard_moves_to_the_other(
         every=0.2,
     )
     names = [f"sh{i}" for i in range(6)]
+    # The waits below are not measurements (that is `took`): a pass reads every group's lag,
+    # which on CI's machine, three test sessions side by side, can take several times longer.
     for name in names:
         apply_ready(k8s, namespace, consumer_group(name, kafka, topic))
     by_pod = {"op-a": a, "op-b": b}
@@ -167,7 +169,7 @@ def test_two_pods_split_two_shards_and_a_lost_pods_shard_moves_to_the_other(
         pod: {n for n in names if leads[shards.shard_of(namespace, n, 2)] == pod} for pod in by_pod
     }
     for pod, op in by_pod.items():
-        wait_until(partial(exports, op, mine[pod]), 15, f"{pod} observes its groups")
+        wait_until(partial(exports, op, mine[pod]), 60, f"{pod} observes its groups")
     lost = leads[0]
     process = by_pod[lost].proc
     assert process is not None
@@ -176,8 +178,8 @@ def test_two_pods_split_two_shards_and_a_lost_pods_shard_moves_to_the_other(
     killed = time.monotonic()
     wait_until(lambda: holder(k8s, namespace, 0, 2) == other, 40, "shard 0 moves", every=0.2)
     took = time.monotonic() - killed
-    wait_until(lambda: observed_groups(by_pod[other]) == set(names), 15, "every group observed")
+    wait_until(lambda: observed_groups(by_pod[other]) == set(names), 60, "every group observed")
     moved = sorted(mine[lost])
     scale(k8s, namespace, moved[0], 2)
-    wait_until(lambda: replicas(k8s, namespace, moved[0]) == 2, 30, "the moved group applied")
+    wait_until(lambda: replicas(k8s, namespace, moved[0]) == 2, 60, "the moved group applied")
     print(f"shards: {lost} killed, shard 0 ({len(moved)} groups) moved in {took:.1f} s")
