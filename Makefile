@@ -85,9 +85,13 @@ install: venv ## The same as venv.
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "kafleet needs Python 3.11 or newer, not " + sys.version.split()[0]'
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[operator,spark,share,dev,docs]'
+	@echo "setting up $(VENV): kafleet (editable, every extra) and its dev tools (once)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@# setuptools warns on every editable install of folders named like the package in the
+	@# working directory; the packages live in consumer/ and operator/, so it says nothing here.
+	@PYTHONWARNINGS='ignore:Editable installation' \
+	  $(PY) -m pip install --quiet -e '.[operator,spark,share,dev,docs]'
 	@touch $@
 
 .PHONY: lint
@@ -192,7 +196,7 @@ test-keda: venv k8s-tools jars keda ## Build KEDA and run its tests (a ScaledObj
 	$(PY) -m pytest $(KEDA_TESTS) $(PYTEST_ARGS)
 
 .PHONY: testbed
-testbed: jars share-jars delta-jars k8s-tools node-tools images ## Fetch and build everything the tests and benchmarks run on (make -j runs it side by side).
+testbed: jars share-jars delta-jars k8s-tools node-tools images docs-mermaid browser ## Fetch and build everything the tests and benchmarks run on (make -j runs it side by side).
 
 ##@ Test bed (everything it fetches or starts lives in .cache/)
 
@@ -206,7 +210,7 @@ share-jars: venv ## Fetch Kafka's Java client for share groups (share.classpath)
 
 .PHONY: kafka-up
 kafka-up: venv ## Start a development Kafka broker (reused if running); prints its address.
-	$(KAFKA) up
+	@$(KAFKA) up
 
 .PHONY: kafka-down
 kafka-down: venv ## Stop the development Kafka broker.
@@ -231,6 +235,10 @@ spark-connect: delta-jars ## Run a local Spark Connect server with Delta on sc:/
 .PHONY: prometheus
 prometheus: venv ## Install Prometheus from Debian's packages if missing (root), build one with Kubernetes discovery from its Go module, fetch the Prometheus Operator's CRDs (once).
 	@$(PY) -m tests.infra.prometheus install >/dev/null
+
+.PHONY: browser
+browser: venv ## Install Chromium from Debian's packages if missing (root): the documentation site's test reads every page in it, headless, driven by Playwright.
+	@$(PY) -m tests.infra.browser install >/dev/null
 
 .PHONY: grafana-schema
 grafana-schema: venv ## Install Grafana 11.6's and 12.4's dashboard types (@grafana/schema) and TypeScript with npm from tests/infra/grafana-schema/'s lockfile (once): the dashboards are type-checked against them.
@@ -339,8 +347,9 @@ chart-package: $(if $(HELM),,k8s-tools) ## Lint charts/kafleet and package it in
 
 .PHONY: demo
 demo: kafka-up delta-jars ## Start a broker, round-trip records, bill slow orders in parallel into Delta, query them back.
-	$(PY) examples/roundtrip.py --bootstrap-servers "$$($(KAFKA) status)"
-	$(PY) examples/demo.py --bootstrap-servers "$$($(KAFKA) status)" --jars $(DELTA_JARS)
+	@# Each prints its own story; what Kafka's client, Spark and kafleet log goes to .cache/demo/.
+	@$(PY) examples/roundtrip.py --bootstrap-servers "$$($(KAFKA) status)"
+	@$(PY) examples/demo.py --bootstrap-servers "$$($(KAFKA) status)" --jars $(DELTA_JARS)
 
 ##@ Clean up
 

@@ -28,6 +28,7 @@ from pyspark.sql import functions as fn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from orders import bill
+from quiet import logs_to, show_tail
 
 from kafleet import ParallelConsumer, Record, load_config
 
@@ -41,7 +42,20 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--jars", required=True, help="Delta Lake's jars (make delta-jars)")
     parser.add_argument("--table", default=".cache/demo/billed", help="the Delta table")
+    parser.add_argument(
+        "--log", default=".cache/demo/demo.log", help="where Kafka's client, Spark and kafleet log"
+    )
     args = parser.parse_args()
+    with logs_to(Path(args.log).resolve()) as log:
+        ok = run(args)
+    print(f"the log of Kafka's client, Spark and kafleet: {log}")
+    if not ok:
+        show_tail(log)
+    return 0 if ok else 1
+
+
+def run(args: argparse.Namespace) -> bool:
+    """The demo's story on standard output; True if every order was billed and read back."""
     table = str(Path(args.table).resolve())
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap_servers})
@@ -125,7 +139,7 @@ def main() -> int:
         print(f"  {row['customer']:<9} {row['orders']:>4} orders {row['billed']:>10.2f}")
     in_table = sum(int(row["orders"]) for row in rows)
     print(f"rows of this run in the table: {in_table} of {args.count}")
-    return 0 if len(billed) == args.count == in_table else 1
+    return len(billed) == args.count == in_table
 
 
 if __name__ == "__main__":

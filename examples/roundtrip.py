@@ -14,9 +14,13 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quiet import logs_to, show_tail
 
 PARTITIONS = 3
 LEADER_COMING_UP = {
@@ -76,8 +80,19 @@ def main() -> int:
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic", default="kafleet-demo")
     parser.add_argument("--count", type=int, default=10)
+    parser.add_argument(
+        "--log", default=".cache/demo/roundtrip.log", help="where Kafka's client logs"
+    )
     args = parser.parse_args()
+    with logs_to(Path(args.log).resolve()) as log:
+        code = run(args)
+    if code:
+        show_tail(log)
+    return code
 
+
+def run(args: argparse.Namespace) -> int:
+    """The round trip's story on standard output, its errors on standard error; the exit code."""
     admin = AdminClient({"bootstrap.servers": args.bootstrap_servers})
     ensure_topic(admin, args.topic)
     partitions = wait_for_leaders(admin, args.topic)

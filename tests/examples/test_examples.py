@@ -19,7 +19,7 @@ from tests.infra.waiting import wait_until
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_roundtrip_example_prints_every_record_it_produced(kafka: str) -> None:
+def test_roundtrip_example_prints_every_record_it_produced(kafka: str, tmp_path: Path) -> None:
     done = subprocess.run(
         [
             sys.executable,
@@ -30,6 +30,8 @@ def test_roundtrip_example_prints_every_record_it_produced(kafka: str) -> None:
             "examples-roundtrip",
             "--count",
             "7",
+            "--log",
+            str(tmp_path / "roundtrip.log"),
         ],
         capture_output=True,
         text=True,
@@ -42,6 +44,7 @@ def test_roundtrip_example_prints_every_record_it_produced(kafka: str) -> None:
     assert lines[0] == "produced 7 records to examples-roundtrip (3 partitions)"
     assert sum('"order":' in line for line in lines) == 7
     assert lines[-1] == "consumed 7 of 7 records back"
+    assert done.stderr == ""  # the client's retries, if any, are in its log
 
 
 def test_demo_bills_every_order_in_parallel_and_queries_them_back_from_delta(
@@ -59,6 +62,8 @@ def test_demo_bills_every_order_in_parallel_and_queries_them_back_from_delta(
             str(spark_infra.delta_jars()[0].parent),
             "--table",
             str(tmp_path / "billed"),
+            "--log",
+            str(tmp_path / "demo.log"),
         ],
         capture_output=True,
         text=True,
@@ -72,6 +77,14 @@ def test_demo_bills_every_order_in_parallel_and_queries_them_back_from_delta(
     assert "commits: 0," not in done.stdout  # the close commits what was billed
     assert "rows of this run in the table: 80 of 80" in done.stdout
     assert "ada " in done.stdout.split("by Spark:")[1]  # counted per customer, read back
+    # Its own story only: Spark's start-up and the clients' retries are in its log.
+    assert done.stderr == ""
+    assert "log4j" not in done.stdout
+    assert "log4j" in (tmp_path / "demo.log").read_text()
+    assert (
+        done.stdout.splitlines()[-1]
+        == f"the log of Kafka's client, Spark and kafleet: {tmp_path / 'demo.log'}"
+    )
 
 
 def test_the_example_worker_config_bills_orders_and_parks_a_bad_one(

@@ -1,0 +1,94 @@
+"""The documentation site, built strictly as `make docs` builds it, read page by page in a real
+headless Chromium: every page loads without an error in its console, loads all it asks for and
+nothing from outside the site, draws every diagram, and every link inside the site reaches a
+page and an anchor that exist. The home page and a guide are kept as screenshots
+(``.cache/test-artifacts/docs/``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.docs import site
+from tests.infra import browser
+
+ARTIFACTS = site.REPO / ".cache" / "test-artifacts" / "docs"
+SCREENSHOTS = {"": "home.png", "getting-started/laptop/": "guide-laptop.png"}
+
+
+@pytest.fixture(scope="module")
+def read(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, site.Page]]:
+    """Every page of the freshly built site, as the browser read it, by URL."""
+    folder = tmp_path_factory.mktemp("site")
+    site.build(folder)
+    with site.serve(folder) as base, browser.launch() as chromium:
+        urls = site.pages(folder, base)
+        shots = {base + path: ARTIFACTS / name for path, name in SCREENSHOTS.items()}
+        missing = set(shots) - set(urls)
+        assert not missing, f"no such pages to screenshot: {sorted(missing)}"
+        yield {url: site.read(chromium, url, shots.get(url)) for url in urls}
+
+
+def test_the_site_has_every_section_a_reader_looks_for(read: dict[str, site.Page]) -> None:
+    paths = {url.split("/", 3)[3] for url in read}
+    for section in ("getting-started/", "concepts/", "how-to/", "reference/", "benchmarks/"):
+        assert any(path.startswith(section) for path in paths), section
+    assert len(read) >= 40
+
+
+def test_every_page_loads_without_an_error_in_its_console(read: dict[str, site.Page]) -> None:
+    errors = {url: p.console_errors + p.script_errors for url, p in read.items()}
+    assert {url: e for url, e in errors.items() if e} == {}
+
+
+def test_every_page_loads_all_it_asks_for_and_nothing_from_outside_the_site(
+    read: dict[str, site.Page],
+) -> None:
+    assert {url: p.failed for url, p in read.items() if p.failed} == {}
+    assert {url: p.outside for url, p in read.items() if p.outside} == {}
+    unloaded = {url: [s for s, ok in p.images.items() if not ok] for url, p in read.items()}
+    assert {url: srcs for url, srcs in unloaded.items() if srcs} == {}
+    assert all(p.title.endswith("kafleet") for p in read.values())
+
+
+def test_every_diagram_is_drawn_as_a_picture_not_left_as_its_source(
+    read: dict[str, site.Page],
+) -> None:
+    drawn = [(url, d) for url, p in read.items() for d in p.diagrams]
+    assert len(drawn) >= 4  # the data flow and the fleet, on their pages and the home page
+    assert {url: p.undrawn for url, p in read.items() if p.undrawn} == {}
+    for url, diagram in drawn:
+        assert diagram.role != "error", f"{url}: Mermaid could not parse a diagram"
+        assert diagram.width > 100, f"{url}: {diagram}"
+        assert diagram.height > 50, f"{url}: {diagram}"
+        assert diagram.labels >= 3, f"{url}: {diagram}"
+
+
+def test_every_link_inside_the_site_reaches_a_page_and_an_anchor_that_exist(
+    read: dict[str, site.Page],
+) -> None:
+    base = next(iter(read)).split("/", 3)[:3]
+    origin = "/".join(base) + "/"
+    broken = []
+    for url, page in read.items():
+        for link in page.links:
+            if not link.startswith(origin):
+                continue
+            target, fragment = site.split(link)
+            if target not in read:
+                if not target.endswith("/") and Path(target).suffix not in {".html", ""}:
+                    continue  # a file the page loads or offers (a chart, a JSON): loaded above
+                broken.append(f"{url} -> {link}: no such page")
+            elif fragment and fragment not in read[target].ids:
+                broken.append(f"{url} -> {link}: no such anchor")
+    assert broken == []
+
+
+def test_the_home_page_and_a_guide_are_kept_as_screenshots(read: dict[str, site.Page]) -> None:
+    for name in SCREENSHOTS.values():
+        shot = ARTIFACTS / name
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert shot.stat().st_size > 20_000, f"{shot}: too small to show a page"
+    print(f"screenshots: {ARTIFACTS}")
