@@ -49,9 +49,11 @@ _READ = """
   diagrams: Array.from(document.querySelectorAll("div.mermaid")).map(d => {
     const svg = d.shadowRoot && d.shadowRoot.querySelector("svg");
     const box = svg ? svg.getBoundingClientRect() : { width: 0, height: 0 };
+    const drawn = svg && svg.viewBox.baseVal ? svg.viewBox.baseVal.width : 0;
     return {
       role: svg ? svg.getAttribute("aria-roledescription") || "" : "",
       width: box.width, height: box.height,
+      scale: drawn ? box.width / drawn : 0,
       labels: svg ? svg.querySelectorAll(".nodeLabel, .edgeLabel, text").length : 0,
     };
   }),
@@ -69,11 +71,14 @@ _READ = """
 @dataclass(frozen=True)
 class Diagram:
     """A drawn Mermaid diagram: its SVG's role ("error" for Mermaid's syntax error picture),
-    size on the page in CSS pixels, and how many labels it drew."""
+    size on the page in CSS pixels, the scale it is shown at (its width on the page over the
+    width Mermaid drew it: a diagram too wide for the page is shrunk, and its labels with it),
+    and how many labels it drew."""
 
     role: str
     width: float
     height: float
+    scale: float
     labels: int
 
 

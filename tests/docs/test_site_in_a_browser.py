@@ -15,6 +15,7 @@ from tests.docs import site
 from tests.infra import browser
 
 ARTIFACTS = site.REPO / ".cache" / "test-artifacts" / "docs"
+MIN_SCALE = 0.5  # of a diagram's drawn size: below it its labels are too small to read
 SCREENSHOTS = {"": "home.png", "getting-started/laptop/": "guide-laptop.png"}
 
 
@@ -64,6 +65,8 @@ def test_every_diagram_is_drawn_as_a_picture_not_left_as_its_source(
         assert diagram.width > 100, f"{url}: {diagram}"
         assert diagram.height > 50, f"{url}: {diagram}"
         assert diagram.labels >= 3, f"{url}: {diagram}"
+        # Shrunk to fit the page, a wide diagram's labels are too small to read.
+        assert diagram.scale >= MIN_SCALE, f"{url}: a diagram shown at {diagram.scale:.0%}"
 
 
 def test_every_link_inside_the_site_reaches_a_page_and_an_anchor_that_exist(
