@@ -20,8 +20,6 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kafleet.engine.fetch_stalls import STARTED
-
 TP = tuple[str, int]
 
 
@@ -64,17 +62,22 @@ def read_statistics(
                 continue
             if part.get("hi_offset", -1) >= 0:
                 ends[tp] = (int(part["hi_offset"]), int(part.get("app_offset", -1)))
-            # A stopped fetcher's queue holds records of an older op version, never delivered
-            # (a fetch answered as it stopped), and its next_offset is past them: neither says
-            # where kafleet is, and counted they hid a stopped partition's lag for good.
-            started = part.get("fetch_state") in STARTED
-            keys = ("next_offset",) * started + ("app_offset", "committed_offset")
+            # librdkafka's fetch position (next_offset) and fetch queue count (fetchq_cnt) say
+            # where kafleet is only while the fetcher is active: next_offset is reset only
+            # there (an offset query or an epoch validation still shows the old fetcher's), and
+            # a fetcher that stopped keeps records of an older op version queued, never
+            # delivered (a fetch answered as it stopped). Read then, they hid its lag for good.
+            # (While the queue is forwarded, librdkafka counts the consumer's whole queue,
+            # which kafleet drains at its own pace.)
+            active = part.get("fetch_state") == "active"
+            keys = ("next_offset", "app_offset", "committed_offset") if active else (
+                "app_offset", "committed_offset")  # fmt: skip
             known = [p for key in keys if (p := _offset(part.get(key))) is not None]
             readings[tp] = Reading(
                 _offset(part.get("ls_offset" if read_committed else "hi_offset")),
                 max(known) if known else None,
                 part.get("fetch_state"),
-                int(part.get("fetchq_cnt", 0)) if started else 0,
+                int(part.get("fetchq_cnt", 0)) if active else 0,
                 int(part.get("leader", 0)) >= 0,  # -1: no leader known
             )
     return ends, readings, steady
