@@ -88,8 +88,9 @@ $(VENV)/.installed: pyproject.toml
 	@echo "setting up $(VENV): kafleet (editable, every extra) and its dev tools (once)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@# setuptools warns on every editable install of folders named like the package in the
-	@# working directory; the packages live in consumer/ and operator/, so it says nothing here.
+	@# setuptools warns on every editable install that folders named like the package in the
+	@# working directory may shadow it; kafleet's live in consumer/ and operator/, so the
+	@# warning is silenced rather than shown to every newcomer.
 	@PYTHONWARNINGS='ignore:Editable installation' \
 	  $(PY) -m pip install --quiet -e '.[operator,spark,share,dev,docs]'
 	@touch $@
@@ -346,7 +347,8 @@ chart-package: $(if $(HELM),,k8s-tools) ## Lint charts/kafleet and package it in
 ##@ Demo
 
 .PHONY: demo
-demo: kafka-up delta-jars ## Start a broker, round-trip records, bill slow orders in parallel into Delta, query them back.
+demo: venv delta-jars ## Start a broker, round-trip records, bill slow orders in parallel into Delta, query them back.
+	@$(KAFKA) up --quiet
 	@# Each prints its own story; what Kafka's client, Spark and kafleet log goes to .cache/demo/.
 	@$(PY) examples/roundtrip.py --bootstrap-servers "$$($(KAFKA) status)"
 	@$(PY) examples/demo.py --bootstrap-servers "$$($(KAFKA) status)" --jars $(DELTA_JARS)

@@ -521,6 +521,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=["up", "down", "status", "jars"])
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="up: say only that a broker was started (make demo), not its addresses",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "jars":
@@ -540,8 +545,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"stopped the development broker on {broker.bootstrap}", file=sys.stderr)
             return 0
         if running and broker is not None:
-            _say_pods(broker)
-            print(broker.bootstrap)
+            if not args.quiet:
+                _say_pods(broker)
+                print(broker.bootstrap)
             return 0
         started = time.monotonic()
         broker = start_broker(DEV_WORKDIR)
@@ -550,8 +556,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{time.monotonic() - started:.1f} s); log: {broker.log_path}",
             file=sys.stderr,
         )
-        _say_pods(broker)
-        print(broker.bootstrap)
+        if not args.quiet:
+            _say_pods(broker)
+            print(broker.bootstrap)
         return 0
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
