@@ -26,11 +26,13 @@ from pathlib import Path
 from urllib.parse import urldefrag, urlsplit
 
 from playwright.sync_api import Browser, ConsoleMessage, Request, Response
+from playwright.sync_api import Error as PlaywrightError
 
 REPO = Path(__file__).resolve().parents[2]
 # What `make docs` sets (DOCS_ENV): MkDocs' notices about its future are not this site's.
 ENV = {"NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
 DIAGRAM_WAIT_MS = 15_000
+SETTLE_MS = 300
 
 _OPEN_SHADOW_ROOTS = """
 const attach = Element.prototype.attachShadow;
@@ -94,6 +96,7 @@ class Page:
     outside: list[str] = field(default_factory=list)  # requests to anywhere but the site
     diagrams: list[Diagram] = field(default_factory=list)
     undrawn: int = 0  # Mermaid sources still shown as text
+    diagram_wait: str = ""  # why the wait for the diagrams ended without them, if it did
     images: dict[str, bool] = field(default_factory=dict)  # src: loaded
     links: list[str] = field(default_factory=list)  # absolute
     ids: set[str] = field(default_factory=set)
@@ -168,9 +171,14 @@ def read(browser: Browser, url: str, screenshot: Path | None = None) -> Page:
     tab.on("requestfailed", lambda r: page.failed.append(f"{r.url}: {r.failure}"))
     tab.on("response", response)
     try:
-        tab.goto(url, wait_until="load")
-        with contextlib.suppress(Exception):  # judged below, from what is on the page
+        # The network idle (the search index, Mermaid), then a moment more: an error a script
+        # logs or throws just after the page loaded is still the page's.
+        tab.goto(url, wait_until="networkidle")
+        try:
             tab.wait_for_function(_DIAGRAMS_DRAWN, timeout=DIAGRAM_WAIT_MS)
+        except PlaywrightError as error:
+            page.diagram_wait = f"diagrams not drawn within {DIAGRAM_WAIT_MS} ms: {error}"
+        tab.wait_for_timeout(SETTLE_MS)
         found = tab.evaluate(_READ)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
@@ -190,3 +198,9 @@ def split(link: str) -> tuple[str, str]:
     """A link's page (a folder's ``index.html`` named by its folder) and its fragment."""
     target, fragment = urldefrag(link)
     return target.removesuffix("index.html"), fragment
+
+
+def file_of(site: Path, base: str, url: str) -> Path:
+    """The file of ``site`` that ``url`` (under ``base``) is served from."""
+    relative = url.removeprefix(base).split("?")[0]
+    return site / (relative + "index.html" if relative.endswith("/") or not relative else relative)
