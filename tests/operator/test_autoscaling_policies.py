@@ -50,6 +50,35 @@ def test_steps_within_one_period_share_its_budget() -> None:
     assert scaling.decide(5, [(16.0, 30)], 16.0, policy, steps=steps).replicas == 10
 
 
+def test_a_measured_group_goes_to_its_wish_in_one_step_and_an_unmeasured_one_is_paced() -> None:
+    """Issue 36: the HPA's pace (4 pods or 100 % per 15 s) took a lag step on 12 partitions
+    1 -> 5 -> 10 -> 12 over 30 s though the operator had measured what a replica commits."""
+    policy = Autoscaling(max_replicas=12)
+
+    measured = scaling.decide(1, [(0.0, 12)], 0.0, policy, rates_measured=True)
+    assert (measured.replicas, measured.reason) == (12, "ScaledUpForLag")
+    assert scaling.decide(1, [(0.0, 12)], 0.0, policy).replicas == 5
+    paced = Autoscaling(max_replicas=12, scale_up_in_one_step=False)
+    assert scaling.decide(1, [(0.0, 12)], 0.0, paced, rates_measured=True).replicas == 5
+
+
+def test_one_step_still_waits_for_the_last_steps_pods_and_the_up_window() -> None:
+    policy = Autoscaling(max_replicas=12, scale_up_stabilization_s=30)
+
+    waiting = scaling.decide(4, [(0.0, 12)], 10.0, policy, ready=1, since_scale_s=5.0,
+                             rates_measured=True)  # fmt: skip
+    assert waiting.reason == "WaitingForReadyPods"
+    lowest = scaling.decide(4, [(0.0, 6), (10.0, 12)], 10.0, policy, rates_measured=True)
+    assert lowest.replicas == 6  # the lowest wish of the window, whole
+
+
+def test_a_group_is_measured_once_what_one_replica_commits_is_known() -> None:
+    assert not scaling.measured(None)
+    assert not scaling.measured(scaling.Rates(input_per_s=50.0, per_replica_per_s=None))
+    assert scaling.measured(scaling.Rates(input_per_s=50.0, per_replica_per_s=20.0))
+    assert scaling.measured(scaling.Rates(50.0, per_replica_per_s=None, capacity_per_s=40.0))
+
+
 def test_a_failed_read_holds_the_replicas_then_falls_back_after_the_threshold() -> None:
     """Defect 12 and KEDA's fallback: unknown is not zero."""
     plain = Autoscaling()

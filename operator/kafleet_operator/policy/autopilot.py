@@ -78,6 +78,12 @@ class Autoscaling(BaseModel):
     scale_up_period_s: int = Field(
         15, ge=1, le=3600, description="the period of scale_up_max_pods and _percent"
     )
+    scale_up_in_one_step: bool = Field(
+        True,
+        description="a group whose replicas' commit rate is measured scales up to its wish in "
+        "one step (the rates size it); the scale_up_max_pods and _percent limits then pace "
+        "only a group not measured yet. false: they pace every scale up, as the HPA's",
+    )
     scale_up_ready_timeout_s: int = Field(
         120,
         ge=0,

@@ -16,8 +16,10 @@ to ``max_replicas`` whatever the partition count, and nothing is snapped (the sp
 ``exclude_persistent_lag``).
 
 Owns the decision (``decide``), stabilised like the HPA's behaviour: a scale up follows the
-lowest wish of its (short) window, at most ``scale_up_max_pods`` or ``scale_up_max_percent``
-per ``scale_up_period_s``, and only once the last step's pods are Ready; a scale down
+lowest wish of its (short) window, only once the last step's pods are Ready, and, for a group
+whose replicas' commit rate is not measured yet (``measured``; or every group without
+``scale_up_in_one_step``), at most ``scale_up_max_pods`` or ``scale_up_max_percent`` per
+``scale_up_period_s``: a measured group goes to its wish in one step; a scale down
 follows the highest wish of its (long) window, and only once the operator has watched the
 group for that whole window (after a restart too: KEDA's ``initialCooldownPeriod``), so a
 dip in lag never flaps the fleet. And what a pass whose lag could not be read does
@@ -79,6 +81,12 @@ def even(count: int, partitions: int, floor: int, ceiling: int) -> int:
     if not divisors:
         return count
     return min((d for d in divisors if d >= count), default=max(divisors))
+
+
+def measured(rates: Rates | None) -> bool:
+    """Whether what one replica commits is measured: the group has run long enough for its
+    wish to be sized from rates, so it is taken in one step (``decide``)."""
+    return rates is not None and bool(rates.capacity_per_s or rates.per_replica_per_s)
 
 
 def _for_time_lag(lag: int, target_s: float, current: int, rates: Rates | None) -> int:
@@ -151,11 +159,13 @@ def decide(
     watched_since: float | None = None,
     steps: Sequence[tuple[float, int]] = (),
     since_scale_s: float | None = None,
+    rates_measured: bool = False,
 ) -> Decision:
     """``history``: (time, wish) pairs, newest last, the current wish included; ``ready``:
     the Deployment's ready replicas; ``watched_since``: when this process began watching the
     group (default: the oldest wish); ``steps``: the recent scale ups (time, replicas
-    before); ``since_scale_s``: seconds since the last scale (None: long ago)."""
+    before); ``since_scale_s``: seconds since the last scale (None: long ago);
+    ``rates_measured``: what one replica commits is measured (``measured``)."""
     if policy.external:
         return Decision(current, "External", current)
     newest = [history[-1][1]]
@@ -166,7 +176,8 @@ def decide(
         waited = since_scale_s is None or since_scale_s >= policy.scale_up_ready_timeout_s
         if ready is not None and ready < current and not waited:
             return Decision(current, "WaitingForReadyPods", current)
-        to = min(up_to, up_limit(current, steps, now, policy))
+        one_step = policy.scale_up_in_one_step and rates_measured
+        to = up_to if one_step else min(up_to, up_limit(current, steps, now, policy))
         if to <= current:
             return Decision(current, "WaitingForScaleUpPeriod", current)
         return Decision(to, "ScaledUpForLag" if current else "ScaledFromZero", current)

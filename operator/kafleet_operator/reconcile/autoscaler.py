@@ -179,6 +179,7 @@ def observe_lag(
             watched_since=memo["watched_since"],
             steps=memo["steps"],
             since_scale_s=_since_scale(memo, status, now),
+            rates_measured=scaling.measured(rates),
         )
         why = f"lag {lag} over {reading.partitions} partitions"
         _apply(body, parsed, patch, memo, decision, now, why)
