@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import kubernetes
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from hypothesis import HealthCheck, settings
 from kubernetes.client import ApiClient
 from pyspark.sql import SparkSession
 
@@ -50,6 +51,12 @@ from tests.infra.kafka import TestbedError
 from tests.infra.records import ProduceReport, produce_numbered
 
 _broker: kafka_infra.KafkaBroker | None = None
+
+# Tests judge behaviour, never speed (that is bench/'s): Hypothesis' per-example deadline and
+# its check that inputs are generated quickly fail on a loaded two-core machine (CI runs three
+# test sessions side by side), not on a defect.
+settings.register_profile("kafleet", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kafleet")
 REPO = Path(__file__).resolve().parents[1]
 
 
