@@ -30,9 +30,13 @@ SIDE_TESTS := $(REAL_NODE_TESTS) tests/operator/test_fleet_at_scale.py \
 # bounces, killed coordinators and leaders, bounced workers; the operator's lag reading) mostly
 # wait on sessions and elections, and need only the jars: a third session, started as soon as
 # FAULT_SETUP is done, beside the rest of the set-up (the Go builds) and the other two.
-FAULT_TESTS := tests/faults tests/operator/test_lag_on_a_rolling_cluster.py \
+# The documentation site read in a real browser (about 70 s alone, 3 minutes in CI) needs no
+# broker at all: it runs first in that session, whose set-up is short, so the longest session
+# (the main one) does not carry it.
+DOCS_BROWSER_TESTS := tests/docs/test_site_in_a_browser.py
+FAULT_TESTS := $(DOCS_BROWSER_TESTS) tests/faults tests/operator/test_lag_on_a_rolling_cluster.py \
   tests/operator/test_committed_offsets_on_a_rolling_cluster.py
-FAULT_SETUP := jars share-jars delta-jars
+FAULT_SETUP := jars share-jars delta-jars docs-mermaid browser
 # Exactly-once into Delta through a roll, a coordinator kill and a worker killed between its
 # Delta write and its commit: about 4 minutes of two Spark workers since the tables they create
 # are partitioned by Kafka partition (their writes no longer conflict); in the faults session,
@@ -159,8 +163,9 @@ test: lint ## Lint, set everything up (SETUP_JOBS steps side by side), and run e
 	  mkdir -p .cache/test-logs; log=.cache/test-logs/side.log; \
 	  faults=.cache/test-logs/faults.log; \
 	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) $(FAULT_SETUP); \
-	  echo "the three-broker cluster's tests start now, beside the rest of the set-up and the" \
-	    "other tests (they need only the jars); their output: $$faults (shown at the end)"; \
+	  echo "the docs in a browser, then the three-broker cluster's tests, start now, beside the" \
+	    "rest of the set-up and the other tests (they need only the jars and Chromium); their" \
+	    "output: $$faults (shown at the end)"; \
 	  $(PY) -m pytest $(FAULT_TESTS) >$$faults 2>&1 & cluster=$$!; \
 	  trap 'kill $$cluster 2>/dev/null || true' EXIT; \
 	  $(MAKE) --no-print-directory -j$(SETUP_JOBS) testbed prometheus grafana-schema; \

@@ -1,15 +1,17 @@
 """Mermaid.js served from the site itself, not from a CDN.
 
 Material for MkDocs renders ```` ```mermaid ```` fences with Mermaid.js, which it loads from
-unpkg unless a global ``mermaid`` is already defined; ``mkdocs.yml`` lists
-``javascripts/mermaid.min.js`` in ``extra_javascript``, so the page defines it and the diagrams
-render offline and on machines that reach no CDN.
+unpkg unless a global ``mermaid`` is already defined; this hook adds a ``<script>`` of the
+site's own ``javascripts/mermaid.min.js`` to each page that has a diagram (and to no other:
+the file is 3 MB of JavaScript, and parsing it took 40 % of loading a page without one), so the
+page defines it and the diagrams render offline and on machines that reach no CDN.
 
 Owns: fetching the ``mermaid`` npm package at a pinned version with ``npm pack`` (one tarball,
 none of its dependencies: ``dist/mermaid.min.js`` is self-contained), checking the tarball
 against a pinned integrity hash, and keeping its ``dist/mermaid.min.js`` and ``LICENSE`` in
 ``.cache/mermaid/<version>/`` (``python docs/hooks/mermaid.py fetch``, what ``make docs-mermaid``
-runs); and, as an MkDocs hook, copying them into the built site. Does not fetch anything during
+runs); and, as an MkDocs hook, adding the script to the pages with a diagram and copying the
+files into the built site. Does not fetch anything during
 a build: a missing file stops the build, naming the command that fetches it. Needs npm.
 """
 
@@ -80,6 +82,17 @@ def fetch() -> Path:
         shutil.rmtree(CACHE, ignore_errors=True)
         partial.rename(CACHE)
     return script
+
+
+def on_post_page(output: str, page: Any, config: Any) -> str:
+    """MkDocs hook: a page with a diagram loads the site's Mermaid.js (after Material's bundle,
+    which looks for a global ``mermaid`` when it draws)."""
+    if 'class="mermaid"' not in output:
+        return output
+    from mkdocs.utils import get_relative_url
+
+    src = get_relative_url(SITE_PATH, page.url)
+    return output.replace("</body>", f'<script src="{src}"></script>\n</body>', 1)
 
 
 def on_post_build(config: Any, **_: Any) -> None:
