@@ -129,8 +129,11 @@ def kafka_sasl(kafka_broker: kafka_infra.KafkaBroker) -> kafka_infra.SaslListene
     return kafka_broker.sasl
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def admin(kafka: str) -> AdminClient:
+    """An admin client of the test's own. One for the whole session timed out creating every
+    topic for three minutes after a test restarted the broker (CI: 7 tests in a row failed on
+    CreateTopics that never reached the broker); a fresh client connects to it anew."""
     return AdminClient({"bootstrap.servers": kafka})
 
 
