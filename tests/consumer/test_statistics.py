@@ -15,6 +15,7 @@ from kafleet.config.model import ConsumerConfig
 from kafleet.engine.fetch_watch import FetchWatch
 from kafleet.engine.statistics import Reading, read_statistics
 from kafleet.health.state import Stats
+from tests.infra.clock import Clock
 
 TP = ("orders", 0)
 NOT_ACTIVE = ["none", "stopping", "stopped", "offset-query", "offset-wait", "validate-epoch-wait"]
@@ -52,21 +53,13 @@ def test_a_fetcher_not_active_is_where_kafleet_is_with_nothing_unread(fetch_stat
     assert (reading.end, reading.position, reading.unread) == (130, 30, 0)
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_watch_finds_a_stopped_fetcher_with_records_queued_stalled_after_the_bound() -> None:
     """CI's case: the fetcher stopped as a fetch of 100 records came back; before, they read as
     unread, the partition as caught up, and it never stalled."""
     config = ConsumerConfig(
         bootstrap_servers="k:9092", group_id="g", topics=["orders"], fetch_stall_timeout_ms=2000
     )
-    clock, stats, consumer = _Clock(), Stats(), MagicMock()
+    clock, stats, consumer = Clock(), Stats(), MagicMock()
     watch = FetchWatch(config, stats, lambda tp: False, lambda c, tps: [], clock=clock)
     watch.assigned([TP])
     watch.saw(

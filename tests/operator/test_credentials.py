@@ -22,6 +22,7 @@ from kafleet_operator.reading.credentials import (
     secret_reader,
 )
 from tests.conftest import K8s
+from tests.infra.clock import Clock
 
 NAMESPACE = "orders"
 
@@ -117,16 +118,8 @@ def test_an_error_never_holds_a_value_of_the_secret() -> None:
     assert "s3cret" not in repr(resolve(SCRAM, NAMESPACE, Secrets(data)))  # masked when printed
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_read_secret_is_trusted_until_the_ttl_then_read_again() -> None:
-    secrets, clock = Secrets({"kafka-user": {"password": "one"}}), Clock()
+    secrets, clock = Secrets({"kafka-user": {"password": "one"}}), Clock(1_000)
     credentials = Credentials(secrets, ttl_s=60, clock=clock)
 
     assert credentials.get(SCRAM, NAMESPACE).properties()["sasl.password"] == "one"
@@ -140,7 +133,7 @@ def test_a_read_secret_is_trusted_until_the_ttl_then_read_again() -> None:
 
 def test_forget_reads_the_secret_again_at_once() -> None:
     secrets = Secrets({"kafka-user": {"password": "one"}})
-    credentials = Credentials(secrets, ttl_s=60, clock=Clock())
+    credentials = Credentials(secrets, ttl_s=60, clock=Clock(1_000))
     credentials.get(SCRAM, NAMESPACE)
     secrets.secrets["kafka-user"]["password"] = "two"
 
@@ -151,7 +144,7 @@ def test_forget_reads_the_secret_again_at_once() -> None:
 
 def test_a_changed_reference_is_read_at_once() -> None:
     secrets = Secrets({"kafka-user": {"password": "one"}, "other": {"password": "two"}})
-    credentials = Credentials(secrets, ttl_s=60, clock=Clock())
+    credentials = Credentials(secrets, ttl_s=60, clock=Clock(1_000))
     credentials.get(SCRAM, NAMESPACE)
     moved = SCRAM.model_copy(
         update={"sasl_password_secret": SecretKeyRef(name="other", key="password")}
@@ -162,7 +155,7 @@ def test_a_changed_reference_is_read_at_once() -> None:
 
 def test_a_missing_secret_is_not_remembered() -> None:
     secrets = Secrets({})
-    credentials = Credentials(secrets, ttl_s=60, clock=Clock())
+    credentials = Credentials(secrets, ttl_s=60, clock=Clock(1_000))
     with pytest.raises(CredentialsError):
         credentials.get(SCRAM, NAMESPACE)
 
@@ -172,7 +165,7 @@ def test_a_missing_secret_is_not_remembered() -> None:
 
 
 def test_a_secret_named_by_many_groups_is_read_once_per_ttl_and_again_after_a_refusal() -> None:
-    clock = Clock()
+    clock = Clock(1_000)
     secrets = Secrets({"kafka-user": {"password": "one"}})
     shared = SharedSecrets(secrets, ttl_s=60, clock=clock)
     groups = [Credentials(shared, ttl_s=60, clock=clock, shared=shared) for _ in range(100)]
@@ -220,7 +213,7 @@ def test_every_group_naming_a_rotated_secret_moves_to_it_on_the_same_pass() -> N
     """Each group trusted its own resolution for a minute: after a rotation, groups that had
     joined at other passes used the old and the new password side by side for up to a minute
     (two views of one cluster), and a group could use a Secret read two minutes before."""
-    clock = Clock()
+    clock = Clock(1_000)
     secrets = Secrets({"kafka-user": {"password": "one"}})
     shared = SharedSecrets(secrets, ttl_s=60, clock=clock)
     groups: list[Credentials] = []
@@ -241,7 +234,7 @@ def test_every_group_naming_a_rotated_secret_moves_to_it_on_the_same_pass() -> N
 
 
 def test_a_secret_read_again_unchanged_is_not_resolved_again() -> None:
-    clock = Clock()
+    clock = Clock(1_000)
     secrets = VersionedSecrets({"kafka-user": {"password": "one"}})
     shared = SharedSecrets(secrets, ttl_s=60, clock=clock)
     groups = [Credentials(shared, clock=clock, shared=shared) for _ in range(200)]
@@ -274,7 +267,7 @@ class VersionedSecrets(Secrets):
 
 
 def test_a_secret_rewritten_with_the_same_data_changes_nothing_but_its_version() -> None:
-    clock = Clock()
+    clock = Clock(1_000)
     secrets = VersionedSecrets({"kafka-user": {"password": "one"}})
     shared = SharedSecrets(secrets, ttl_s=60, clock=clock)
     group = Credentials(shared, clock=clock, shared=shared)

@@ -16,22 +16,15 @@ from kafleet_operator.policy import shards
 from kafleet_operator.policy.leases import Timing
 from kafleet_operator.reconcile.elector import Elector
 from tests.conftest import K8s
+from tests.infra.clock import Clock
 
 SHARDS = 4
 TIMING = Timing(duration_s=15, renew_deadline_s=10.0, retry_s=2.0)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def pods(k8s: K8s, namespace: str) -> tuple[Elector, Elector, Clock]:
-    clock = Clock()
+    clock = Clock(1_000)
     api = k8s_client.CoordinationV1Api(k8s.api)
     a = Elector("pod-a", namespace, SHARDS, api, TIMING, clock=clock)
     b = Elector("pod-b", namespace, SHARDS, api, TIMING, clock=clock)
@@ -158,7 +151,7 @@ def test_under_stalls_kills_restarts_and_leaves_no_group_is_ever_owned_by_two_po
     step of any pod, every group is owned by at most one pod; and once all is quiet, every
     shard is led again."""
     rng = random.Random(seed)
-    clock = Clock()
+    clock = Clock(1_000)
     api = k8s_client.CoordinationV1Api(k8s.api)
     groups = _one_group_per_shard(SHARDS)
     born = iter(range(1_000))

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from kafleet_operator.reading import http_pool
+from tests.infra.clock import Clock
 
 
 class Server:
@@ -131,17 +132,9 @@ def test_a_refused_connection_and_a_url_that_is_not_http_are_errors(pool: http_p
         pool.get("ftp://example/status", 1.0)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_connection_left_idle_too_long_is_closed_not_used(servers: list[Server]) -> None:
     servers.append(server := Server(keep_alive=True))
-    clock = Clock()
+    clock = Clock(100)
     pool = http_pool.Pool(idle_s=10, clock=clock)
     try:
         pool.get(server.url, 1.0)
