@@ -51,8 +51,13 @@ class SteadyProducer:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is None:
+            self.stop()
+        else:  # the block's own error says what went wrong: records it left unsent may not count
+            self._stop.set()
+            self._thread.join()
+            self._producer.flush(10)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.infra import k8s_build, kwok_nodes, pki, processes
-from tests.infra.kafka import LOOPBACK, POD_GATEWAY, TestbedError, free_port
+from tests.infra.kafka import LOOPBACK, POD_GATEWAY, TestbedError
+from tests.infra.ports import free_port
 
 RUNS = k8s_build.CACHE / "runs"
 DEV_WORKDIR = k8s_build.CACHE / "dev"

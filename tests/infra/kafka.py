@@ -37,7 +37,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.infra import processes
+from tests.infra.ports import free_port
 
 KAFKA_VERSION = os.environ.get("KAFLEET_KAFKA_VERSION", "4.3.1")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -114,13 +114,6 @@ def libs_dir(version: str = KAFKA_VERSION) -> Path:
     tmp.rename(libs)
     marker.write_text(version + "\n")
     return libs
-
-
-def free_port() -> int:
-    """A TCP port on the loopback address that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def new_cluster_id() -> str:

@@ -52,9 +52,9 @@ from tests.infra.kafka import (
     SaslListener,
     SslListener,
     TestbedError,
-    free_port,
     new_cluster_id,
 )
+from tests.infra.ports import free_port
 
 NODES = 3
 REPLICAS = 3

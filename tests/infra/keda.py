@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.infra import k8s, k8s_build, pki, processes
-from tests.infra.kafka import LOOPBACK, REPO_ROOT, TestbedError, free_port
+from tests.infra.kafka import LOOPBACK, REPO_ROOT, TestbedError
+from tests.infra.ports import free_port
 
 KEDA_VERSION = "v2.21.0"
 MODULE_DIR = Path(__file__).with_name("keda-tools")

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.infra import pki
-from tests.infra.kafka import POD_GATEWAY, POD_SUBNET, free_port
+from tests.infra.kafka import POD_GATEWAY, POD_SUBNET
+from tests.infra.ports import free_port
 
 NODE_NAME = "realnode-0"
 BRIDGE = "rn0"

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.infra import apt, processes
-from tests.infra.kafka import LOOPBACK, REPO_ROOT, TestbedError, free_port
+from tests.infra.kafka import LOOPBACK, REPO_ROOT, TestbedError
+from tests.infra.ports import free_port
 
 CACHE = REPO_ROOT / ".cache" / "prometheus"
 # Prometheus 3.16.0 as a Go module (Prometheus 3 tags its module v0.3xx.y).

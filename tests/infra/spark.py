@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.infra import processes
-from tests.infra.kafka import REPO_ROOT, TestbedError, free_port
+from tests.infra.kafka import REPO_ROOT, TestbedError
+from tests.infra.ports import free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -30,8 +30,8 @@ from kafleet_operator.policy.spec import parse_spec
 from kafleet_operator.reading import snapshots
 from kafleet_operator.reconcile import autoscaler, periodic
 from tests.conftest import REPO, K8s
-from tests.infra.kafka import free_port
 from tests.infra.kafka_cluster import KafkaCluster
+from tests.infra.ports import free_port
 from tests.infra.waiting import wait_until
 
 CRD = REPO / "crds" / "consumergroups.kafleet.io.yaml"

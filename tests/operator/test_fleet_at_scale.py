@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kafleet_operator.policy.tuning import APPLY_TIMEOUT_S
 from kafleet_operator.reading.clusters import TIMEOUT_S
 from tests.conftest import K8s
-from tests.infra.kafka import free_port
+from tests.infra.ports import free_port
 from tests.infra.records import ProduceReport
 from tests.infra.waiting import wait_until
 from tests.operator.conftest import Operator, condition, consumer_group

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, K8s, TopicFactory
-from tests.infra.kafka import free_port
+from tests.infra.ports import free_port
 from tests.infra.records import ProduceReport
 from tests.infra.waiting import wait_until
 from tests.operator.conftest import Operator, apply, consumer_group, get, wait_condition

@@ -21,7 +21,7 @@ import yaml
 
 from kafleet.config.loading import load_config
 from tests.conftest import K8s, TopicFactory
-from tests.infra.kafka import free_port
+from tests.infra.ports import free_port
 from tests.infra.waiting import wait_until
 from tests.operator.conftest import Operator, apply, consumer_group, get
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.infra import kafka as kafka_infra
+from tests.infra.ports import free_port
 from tests.infra.waiting import wait_until
 
 
@@ -44,7 +44,7 @@ class Sidecars:
 
     def __call__(self, state_file: Path, *flags: str, host: str | None = "127.0.0.1") -> str:
         """Start one on a free port (``host=None``: its default address); its base URL."""
-        port = kafka_infra.free_port()
+        port = free_port()
         log = open(self.tmp_path / f"sidecar-{port}.log", "wb")  # noqa: SIM115
         where = ["--host", host] if host is not None else []
         proc = subprocess.Popen(
