@@ -41,8 +41,9 @@ from kafleet.health import assessment
 from kafleet.health.state import Stats
 from kafleet.health.state_file import StatePublisher
 from kafleet.spark.batcher import BatchBounds
+from kafleet.spark.jobs import Job
 from kafleet.spark.shipping import Backoff, BatchWriter, Shipper
-from kafleet.spark.sink import Job, SparkSink
+from kafleet.spark.sink import SparkSink
 
 
 class ParallelConsumer:

@@ -22,9 +22,9 @@ from kafleet.engine.runs import Chunk, Run
 from kafleet.engine.work_queue import WorkQueues
 from kafleet.errors import ResultError
 from kafleet.health.state import Stats
+from kafleet.spark.arrow_batches import to_rows
 from kafleet.spark.batcher import Batch, BatchBounds, Row
 from kafleet.spark.shipping import Backoff, Shipper
-from kafleet.spark.sink import to_rows
 from tests.infra.waiting import wait_until
 
 TP = ("orders", 0)

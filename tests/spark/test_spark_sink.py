@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession
 
 from kafleet import ParallelConsumer, Record
-from kafleet.spark.sink import BatchInfo
+from kafleet.spark.jobs import BatchInfo
 from tests.conftest import ConfigFactory, TopicFactory
 from tests.infra.records import ProduceReport, record_number
 from tests.infra.spark import spark_fields

@@ -1,13 +1,15 @@
 """A batch as one Arrow table: the rows handlers gave and the tables batch handlers gave,
 fitted to one schema, with the Kafka coordinates as columns.
 
-Owns: the schema each partition's batches must fit (declared as DDL, or inferred from the
-partition's first batch and kept); checking results as they arrive (rows whose fields are not
-in the schema, or that take the coordinates' names; a table's columns likewise); converting a
-``Batch`` (``batcher.py``) in one go: rows through ``pa.Table.from_pylist``, a batch handler's
-tables as they are (sliced, columns cast to the schema: no Python object per row); naming the
-first record whose result does not fit; the coordinates columns (topic, partition, offset,
-timestamp, key), built from the records or, for tables, from the client's messages.
+Owns: a handler's result as rows (``to_rows``: a dict, a pydantic model, a dataclass, a
+NamedTuple, or a list of them); the schema each partition's batches must fit (declared as DDL,
+or inferred from the partition's first batch and kept); checking results as they arrive (rows
+whose fields are not in the schema, or that take the coordinates' names; a table's columns
+likewise); converting a ``Batch`` (``batcher.py``) in one go: rows through
+``pa.Table.from_pylist``, a batch handler's tables as they are (sliced, columns cast to the
+schema: no Python object per row); naming the first record whose result does not fit; the
+coordinates columns (topic, partition, offset, timestamp, key), built from the records or,
+for tables, from the client's messages.
 
 Does not own the Spark session (``spark/session.py``), jobs or writing (``spark/sink.py``),
 nor which results form a batch (``batcher.py``).
@@ -15,9 +17,11 @@ nor which results form a batch (``batcher.py``).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+from pydantic import BaseModel
 
 from kafleet.engine.handlers import TableRows
 from kafleet.engine.partition_state import TP
@@ -32,6 +36,25 @@ if TYPE_CHECKING:
 COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key")
 COORDINATES_SET = frozenset(COORDINATES)
 ARROW_ERRORS: tuple[type[Exception], ...] = (TypeError, ValueError, OverflowError)
+
+
+def to_rows(record: Record, result: Any) -> list[Row]:
+    """A handler's result as rows; raises ``ResultError`` naming the record if it is not one."""
+    if isinstance(result, dict):
+        return [result]
+    if isinstance(result, BaseModel):
+        return [result.model_dump()]
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return [dataclasses.asdict(result)]
+    if isinstance(result, tuple) and hasattr(result, "_asdict"):
+        return [result._asdict()]
+    if isinstance(result, list | tuple):
+        return [row for item in result for row in to_rows(record, item)]
+    raise ResultError(
+        record,
+        f"the handler returned {type(result).__name__}; return a dict, a pydantic model, a "
+        "dataclass, a NamedTuple, a list of them, or None for no row",
+    )
 
 
 class ArrowBatches:

@@ -6,11 +6,12 @@ sessions); turning a handler's result into rows (a dict, a pydantic model, a dat
 NamedTuple, or a list of them: one record may give several rows, or none); a batch as one
 DataFrame (``arrow_batches.py`` makes it one Arrow table, then one ``createDataFrame``, never
 row by row); calling the job as ``job(df, batch_info)``, like ``foreachBatch``; the default
-job, an append to a Delta table with the Kafka coordinates as columns; idempotent writes
-(``txnAppId`` = group/topic/partition, ``txnVersion`` = the batch's last offset, and the
-batch's range replaced rather than appended), so a batch written twice lands once, in a table
-that, created by them, is partitioned by topic and partition, so that writers of different
-partitions never conflict; and, for
+job, an append to a Delta table with the Kafka coordinates as columns, many partitions' batches
+in one commit; idempotent writes (``txnAppId`` = group/topic/partition, ``txnVersion`` = the
+batch's last offset, and the batch's range replaced rather than appended), so a batch written
+twice lands once, in a table that, created by them, is partitioned by topic and partition, so
+that writers of different partitions never conflict: several partitions' batches in one commit
+on an in-process session (``delta_commit.py``), one a commit through Spark Connect; and, for
 exactly-once, where each partition's output ends (``stored_offsets``, read by ``delta_log.py``).
 
 Does not own batching, retrying or committing (``shipping.py``, ``poller.py``).
@@ -21,21 +22,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
-
-from pydantic import BaseModel
 
 from kafleet.config.imports import import_reference
 from kafleet.config.spark import SparkSettings
 from kafleet.engine.handlers import TableRows
 from kafleet.engine.partition_state import TP
 from kafleet.engine.record import Record
-from kafleet.errors import ResultError, SinkError
-from kafleet.spark import delta_files, delta_log
-from kafleet.spark.arrow_batches import COORDINATES, ArrowBatches
+from kafleet.errors import SinkError
+from kafleet.spark import delta_commit, delta_files, delta_log
+from kafleet.spark.arrow_batches import COORDINATES, ArrowBatches, to_rows
 from kafleet.spark.batcher import Batch, Row
+from kafleet.spark.jobs import BatchInfo, Job, txn_app_id
 from kafleet.spark.session import build_session, parse_schema
 
 if TYPE_CHECKING:
@@ -44,70 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PARTITIONED_BY = COORDINATES[:2]  # a new exactly-once table's (the default job): topic, partition
-
-
-@dataclass(frozen=True)
-class BatchInfo:
-    """What a job is given with each batch's DataFrame."""
-
-    group_id: str
-    topic: str
-    partition: int
-    first_offset: int  # of the first record in the batch
-    last_offset: int  # of the last record in the batch: the txnVersion
-    records: int
-    rows: int
-    table: str | None
-    idempotent: bool = True
-
-    @property
-    def app_id(self) -> str:
-        return txn_app_id(self.group_id, self.topic, self.partition)
-
-    @property
-    def range_predicate(self) -> str:
-        """The batch's rows in the table, by their coordinates (for ``replaceWhere``)."""
-        topic = self.topic.replace("\\", "\\\\").replace("'", "\\'")
-        return (
-            f"kafka_topic = '{topic}' AND kafka_partition = {self.partition} "
-            f"AND kafka_offset BETWEEN {self.first_offset} AND {self.last_offset}"
-        )
-
-    @property
-    def write_options(self) -> dict[str, str]:
-        """Pass these to the Delta write (``.options(**info.write_options)``): when writes are
-        idempotent (``spark.idempotent``, always with exactly-once) a batch written again (a
-        retry after a lost answer, a replay after a crash) is skipped by Delta."""
-        if not self.idempotent:
-            return {}
-        return {"txnAppId": self.app_id, "txnVersion": str(self.last_offset)}
-
-
-Job = Callable[["DataFrame", BatchInfo], object]
+MAX_BATCHES_PER_COMMIT = 64
 Prepared: TypeAlias = "tuple[pa.Table, BatchInfo] | None"
-
-
-def txn_app_id(group_id: str, topic: str, partition: int) -> str:
-    return f"{group_id}/{topic}/{partition}"
-
-
-def to_rows(record: Record, result: Any) -> list[Row]:
-    """A handler's result as rows; raises ``ResultError`` naming the record if it is not one."""
-    if isinstance(result, dict):
-        return [result]
-    if isinstance(result, BaseModel):
-        return [result.model_dump()]
-    if dataclasses.is_dataclass(result) and not isinstance(result, type):
-        return [dataclasses.asdict(result)]
-    if isinstance(result, tuple) and hasattr(result, "_asdict"):
-        return [result._asdict()]
-    if isinstance(result, list | tuple):
-        return [row for item in result for row in to_rows(record, item)]
-    raise ResultError(
-        record,
-        f"the handler returned {type(result).__name__}; return a dict, a pydantic model, a "
-        "dataclass, a NamedTuple, a list of them, or None for no row",
-    )
 
 
 class SparkSink:
@@ -133,6 +69,8 @@ class SparkSink:
         self._new_table = False  # the next write creates the table (the default job)
         self.arrow = ArrowBatches(settings.coordinates)
         self._txn_log: delta_log.TransactionLog | None = None  # kept between assignments
+        self._one_identifier_a_commit = False  # the session's Delta cannot take several
+        self._transactions: delta_commit.DeltaTransactions | None = None
         self.where = settings.remote or settings.master
 
     # -- the session ------------------------------------------------------------------------
@@ -172,11 +110,17 @@ class SparkSink:
 
     @property
     def max_batches_per_write(self) -> int:
-        """The default job, when writes need not be idempotent, appends the batches of many
-        partitions in one Delta commit (a commit costs about a second, whatever its size).
-        A custom job gets one partition's batch at a time; so does an idempotent write, whose
-        ``txnAppId`` names one partition."""
-        return 64 if self.job == self.append_to_delta and not self.idempotent else 1
+        """The default job writes the batches of many partitions in one Delta commit (a
+        commit costs about half a second of JVM CPU, whatever its size): an append, or, when
+        writes are idempotent, one commit with each partition's identifier in it
+        (``delta_commit.py``), which needs the session's JVM in this process. A custom job
+        gets one partition's batch at a time, and so does an idempotent write through Spark
+        Connect, whose DataFrame writer takes one ``txnAppId``."""
+        if self.job != self.append_to_delta:
+            return 1
+        if self.idempotent and (self.settings.remote or self._one_identifier_a_commit):
+            return 1
+        return MAX_BATCHES_PER_COMMIT
 
     def prepare(self, batch: Batch) -> Prepared:
         """The batch as Arrow (None if its records gave no rows); ``ResultError`` names the
@@ -198,21 +142,14 @@ class SparkSink:
         return table, info
 
     def write(self, prepared: list[Prepared]) -> None:
-        """Run the job on one batch, or append several batches in one commit."""
-        import pyarrow as pa
-
+        """Run the job on one batch, or write several batches in one commit."""
         ready = [p for p in prepared if p is not None]
         if not ready:
             return
         session = self.session()
-        if len(ready) == 1:
-            table, info = ready[0]
-        else:
-            table = pa.concat_tables([t for t, _ in ready], promote_options="permissive")
-            info = dataclasses.replace(ready[0][1], records=sum(i.records for _, i in ready))
         try:
             if self._created.is_set() and not self.idempotent:
-                self.job(session.createDataFrame(table), info)
+                self.job(session.createDataFrame(_concat([t for t, _ in ready])), _merged(ready))
             else:
                 # Writers creating a new table at once conflict (Delta), so the first write
                 # goes alone. So do idempotent ones: a replaceWhere conflicts with any
@@ -220,11 +157,55 @@ class SparkSink:
                 with self._one_at_a_time:
                     if not self._created.is_set():
                         self._new_table = self._table_is_new(session)
-                    self.job(session.createDataFrame(table), info)
+                    if len(ready) > 1 and self.idempotent:
+                        self._commit_together(session, ready)
+                    else:
+                        self.job(
+                            session.createDataFrame(_concat([t for t, _ in ready])), _merged(ready)
+                        )
                 self._created.set()
         except Exception:
             self._forget_session()
             raise
+
+    def _commit_together(
+        self, session: SparkSession, ready: list[tuple[pa.Table, BatchInfo]]
+    ) -> None:
+        """Idempotent batches of several partitions, each with its identifier, in one commit;
+        one commit each where the session cannot (see ``max_batches_per_write``)."""
+        try:
+            if self._transactions is None or self._transactions.session is not session:
+                self._transactions = delta_commit.DeltaTransactions(session)
+            transactions = self._transactions
+        except delta_commit.UnsupportedDeltaError as exc:
+            log.warning("writing one partition's batch a commit: %s", exc)
+            self._one_identifier_a_commit = True
+            for table, info in ready:
+                self.job(session.createDataFrame(table), info)
+            return
+        tables = {info.app_id: table for table, info in ready}
+        slices = [
+            delta_commit.Slice(i.app_id, i.topic, i.partition, i.first_offset, i.last_offset)
+            for _, i in ready
+        ]
+        columns = set(ready[0][0].column_names)
+        partition_by = PARTITIONED_BY if self._new_table and set(PARTITIONED_BY) <= columns else ()
+        assert self.settings.table is not None
+        written = transactions.commit(
+            self.settings.table,
+            slices,
+            lambda fresh: session.createDataFrame(_concat([tables[s.app_id] for s in fresh])),
+            partition_by,
+        )
+        if len(written) < len(slices):
+            log.info(
+                "%d of %d batches were in the table already",
+                len(slices) - len(written),
+                len(slices),
+            )
+        if self._new_table and written:
+            self._new_table = False
+            log.info("created %s with its first batches", self.settings.table)
 
     def append_to_delta(self, df: DataFrame, info: BatchInfo) -> None:
         """The default job: an append to the Delta table at ``spark.table``.
@@ -278,3 +259,17 @@ class SparkSink:
             self._forget_session()
             raise
         return {wanted[app]: version + 1 for app, version in versions.items()}
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    import pyarrow as pa
+
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+
+
+def _merged(ready: list[tuple[pa.Table, BatchInfo]]) -> BatchInfo:
+    """What a job is told of several batches appended at once: the first's, with every record."""
+    info = ready[0][1]
+    if len(ready) == 1:
+        return info
+    return dataclasses.replace(info, records=sum(i.records for _, i in ready))

@@ -1,0 +1,158 @@
+"""Many partitions' batches in one Delta commit, each under its own transaction identifier, on a
+real local Spark: one commit holds them all, a batch the table holds already is left out, an
+overlapping range is replaced, a concurrent commit of the same partition fails this one, and one
+of other partitions does not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from kafleet.spark import delta_log
+from kafleet.spark.delta_commit import (
+    DeltaTransactions,
+    Slice,
+    UnsupportedDeltaError,
+    combined_predicate,
+)
+
+TOPIC = "orders"
+
+
+def rows(partition: int, first: int, last: int) -> pa.Table:
+    offsets = list(range(first, last + 1))
+    return pa.table(
+        {
+            "kafka_topic": pa.array([TOPIC] * len(offsets)),
+            "kafka_partition": pa.array([partition] * len(offsets), pa.int32()),
+            "kafka_offset": pa.array(offsets, pa.int64()),
+        }
+    )
+
+
+def piece(partition: int, first: int, last: int) -> Slice:
+    return Slice(f"billing/{TOPIC}/{partition}", TOPIC, partition, first, last)
+
+
+def frames(spark: SparkSession) -> Any:
+    def data(fresh: list[Slice]) -> DataFrame:
+        tables = [rows(s.partition, s.first_offset, s.last_offset) for s in fresh]
+        return spark.createDataFrame(pa.concat_tables(tables))
+
+    return data
+
+
+def commits(path: str) -> list[list[dict[str, Any]]]:
+    log = sorted((Path(path) / "_delta_log").glob("*.json"))
+    return [[json.loads(line) for line in file.read_text().splitlines()] for file in log]
+
+
+def offsets_in(spark: SparkSession, path: str) -> list[tuple[int, int]]:
+    got = spark.read.format("delta").load(path).select("kafka_partition", "kafka_offset")
+    return sorted((r.kafka_partition, r.kafka_offset) for r in got.collect())
+
+
+def test_several_partitions_batches_land_in_one_commit_with_an_identifier_each(
+    spark: SparkSession, table: str
+) -> None:
+    delta = DeltaTransactions(spark)
+    slices = [piece(p, 0, 99) for p in range(4)]
+
+    written = delta.commit(table, slices, frames(spark), ("kafka_topic", "kafka_partition"))
+    written += delta.commit(table, [piece(p, 100, 149) for p in range(4)], frames(spark))
+
+    assert len(written) == 8
+    log = commits(table)
+    assert len(log) == 2
+    assert [a["txn"]["version"] for a in log[1] if "txn" in a] == [149] * 4
+    assert [a["commitInfo"]["operation"] for a in log[1] if "commitInfo" in a] == ["WRITE"]
+    assert offsets_in(spark, table) == [(p, o) for p in range(4) for o in range(150)]
+    reader = delta_log.TransactionLog(table, "billing/")
+    assert reader.versions(spark, [s.app_id for s in slices]) == {s.app_id: 149 for s in slices}
+
+
+def test_a_batch_the_table_holds_already_is_left_out_and_the_others_written(
+    spark: SparkSession, table: str
+) -> None:
+    delta = DeltaTransactions(spark)
+    delta.commit(table, [piece(0, 0, 9), piece(1, 0, 9)], frames(spark))
+
+    again = delta.commit(table, [piece(0, 0, 9), piece(1, 0, 9)], frames(spark))
+    mixed = delta.commit(table, [piece(0, 0, 9), piece(2, 0, 9)], frames(spark))
+
+    assert again == []
+    assert mixed == [piece(2, 0, 9)]
+    assert len(commits(table)) == 2
+    assert offsets_in(spark, table) == [(p, o) for p in range(3) for o in range(10)]
+
+
+def test_an_overlapping_range_a_stale_writer_left_is_replaced_not_doubled(
+    spark: SparkSession, table: str
+) -> None:
+    delta = DeltaTransactions(spark)
+    delta.commit(table, [piece(0, 0, 19), piece(1, 0, 19)], frames(spark))
+
+    delta.commit(table, [piece(0, 10, 29), piece(1, 15, 39)], frames(spark))
+
+    assert offsets_in(spark, table) == [(0, o) for o in range(30)] + [(1, o) for o in range(40)]
+
+
+def test_a_concurrent_commit_of_the_same_partition_fails_this_one(
+    spark: SparkSession, table: str
+) -> None:
+    delta = DeltaTransactions(spark)
+    delta.commit(table, [piece(0, 0, 9), piece(1, 0, 9)], frames(spark))
+
+    def raced(fresh: list[Slice]) -> DataFrame:  # a stale owner of partition 1 commits meanwhile
+        (
+            spark.createDataFrame(rows(1, 10, 19))
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", piece(1, 0, 0).app_id)
+            .option("txnVersion", 19)
+            .save(table)
+        )
+        return frames(spark)(fresh)
+
+    with pytest.raises(Exception, match="ConcurrentTransactionException"):
+        delta.commit(table, [piece(0, 10, 19), piece(1, 10, 19)], raced)
+    assert offsets_in(spark, table) == [(0, o) for o in range(10)] + [(1, o) for o in range(20)]
+
+
+def test_a_concurrent_commit_of_other_partitions_does_not_fail_this_one(
+    spark: SparkSession, table: str
+) -> None:
+    delta = DeltaTransactions(spark)
+    layout = ("kafka_topic", "kafka_partition")
+    delta.commit(table, [piece(p, 0, 9) for p in range(3)], frames(spark), layout)
+
+    def beside(fresh: list[Slice]) -> DataFrame:  # another worker writes partition 2 meanwhile
+        delta.commit(table, [piece(2, 10, 19)], frames(spark))
+        return frames(spark)(fresh)
+
+    written = delta.commit(table, [piece(0, 10, 19), piece(1, 10, 19)], beside)
+
+    assert written == [piece(0, 10, 19), piece(1, 10, 19)]
+    assert offsets_in(spark, table) == [(p, o) for p in range(3) for o in range(20)]
+
+
+def test_a_session_without_a_jvm_in_this_process_cannot_commit_several_identifiers() -> None:
+    connect_like = SimpleNamespace(client=object())  # what a Spark Connect session lacks
+
+    with pytest.raises(UnsupportedDeltaError, match="Spark Connect"):
+        DeltaTransactions(connect_like)  # type: ignore[arg-type]
+
+
+def test_the_combined_predicate_is_each_batchs_range_with_its_partition() -> None:
+    predicate = combined_predicate([piece(0, 5, 9), Slice("a", "it's", 3, 0, 1)])
+
+    assert predicate == (
+        "(kafka_topic = 'orders' AND kafka_partition = 0 AND kafka_offset BETWEEN 5 AND 9) OR "
+        "(kafka_topic = 'it\\'s' AND kafka_partition = 3 AND kafka_offset BETWEEN 0 AND 1)"
+    )
