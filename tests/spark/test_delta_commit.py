@@ -1,7 +1,8 @@
 """Many partitions' batches in one Delta commit, each under its own transaction identifier, on a
 real local Spark: one commit holds them all, a batch the table holds already is left out, an
 overlapping range is replaced, a concurrent commit of the same partition fails this one, and one
-of other partitions does not."""
+of other partitions does not; the sink writes its ready exactly-once batches so, and one
+partition's batch a commit where it cannot (Spark Connect, a Delta whose API differs)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,18 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from kafleet.spark import delta_log
+from kafleet.config.spark import SparkSettings
+from kafleet.engine.record import Record
+from kafleet.spark import delta_commit, delta_log
+from kafleet.spark.batcher import Batch
 from kafleet.spark.delta_commit import (
     DeltaTransactions,
     Slice,
     UnsupportedDeltaError,
     combined_predicate,
 )
+from kafleet.spark.sink import SparkSink
+from tests.infra import spark as spark_infra
 
 TOPIC = "orders"
 
@@ -156,3 +162,56 @@ def test_the_combined_predicate_is_each_batchs_range_with_its_partition() -> Non
         "(kafka_topic = 'orders' AND kafka_partition = 0 AND kafka_offset BETWEEN 5 AND 9) OR "
         "(kafka_topic = 'it\\'s' AND kafka_partition = 3 AND kafka_offset BETWEEN 0 AND 1)"
     )
+
+
+def batch_of(partition: int, first: int, last: int) -> Batch:
+    records = [Record(TOPIC, partition, o, None, None) for o in range(first, last + 1)]
+    rows = [[{"number": r.offset}] for r in records]
+    return Batch(TOPIC, partition, first, last + 1, records, rows)
+
+
+def exactly_once_sink(table: str) -> SparkSink:
+    settings = SparkSettings(table=table, master="local[2]", jars=[str(spark_infra.JARS)])
+    return SparkSink(settings, "billing", idempotent=True)
+
+
+def test_the_sink_writes_ready_batches_of_several_partitions_in_one_commit(
+    spark: SparkSession, table: str
+) -> None:
+    sink = exactly_once_sink(table)
+    assert sink.max_batches_per_write > 1
+
+    sink.write([sink.prepare(batch_of(p, 0, 9)) for p in range(3)])
+    sink.write([sink.prepare(batch_of(p, 10, 19)) for p in range(3)])
+
+    log = commits(table)
+    assert len(log) == 2
+    assert [a["txn"]["appId"] for a in log[1] if "txn" in a] == [
+        f"billing/{TOPIC}/{p}" for p in range(3)
+    ]
+    assert sink.stored_offsets([(TOPIC, p) for p in range(3)]) == {(TOPIC, p): 20 for p in range(3)}
+    metadata = next(a["metaData"] for a in log[0] if "metaData" in a)
+    assert metadata["partitionColumns"] == ["kafka_topic", "kafka_partition"]
+
+
+def test_a_delta_whose_api_differs_gets_one_commit_a_partition_and_loses_nothing(
+    spark: SparkSession, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unknown = (*delta_commit.METHODS, (delta_commit.TRANSACTION, "noSuchMethod", ()))
+    monkeypatch.setattr(delta_commit, "METHODS", unknown)
+    with pytest.raises(UnsupportedDeltaError, match="noSuchMethod"):
+        DeltaTransactions(spark)
+    sink = exactly_once_sink(table)
+
+    sink.write([sink.prepare(batch_of(p, 0, 9)) for p in range(3)])
+
+    assert len(commits(table)) == 3
+    assert sink.max_batches_per_write == 1
+    assert offsets_in(spark, table) == [(p, o) for p in range(3) for o in range(10)]
+
+
+def test_a_spark_connect_sink_takes_one_partitions_batch_a_write(table: str) -> None:
+    settings = SparkSettings(table=table, remote="sc://localhost:15002")
+
+    assert SparkSink(settings, "billing", idempotent=True).max_batches_per_write == 1
+    assert SparkSink(settings, "billing", idempotent=False).max_batches_per_write > 1

@@ -36,20 +36,41 @@ from kafleet.errors import KafleetError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-WRITE_COMMAND = "org.apache.spark.sql.delta.commands.WriteIntoDelta"
-WRITE_OPERATION = "org.apache.spark.sql.delta.DeltaOperations$Write"
-# WriteIntoDelta(deltaLog, mode, options, partitionColumns, configuration, data, ...) and
-# DeltaOperations.Write(mode, partitionBy, predicate, ...): the leading parameters given; the
-# rest, Options and flags with defaults of None and false, are filled in as such.
-COMMAND_LEADING = (
-    "org.apache.spark.sql.delta.DeltaLog",
-    "org.apache.spark.sql.SaveMode",
-    "org.apache.spark.sql.delta.DeltaOptions",
+DELTA = "org.apache.spark.sql.delta"
+WRITE_COMMAND = f"{DELTA}.commands.WriteIntoDelta"
+WRITE_OPERATION = f"{DELTA}.DeltaOperations$Write"
+TRANSACTION = f"{DELTA}.OptimisticTransaction"
+SEQ, MAP, OPTION = (
     "scala.collection.immutable.Seq",
     "scala.collection.immutable.Map",
+    "scala.Option",
+)
+# Every method called on Delta's classes, with its parameter types, checked once a session: a
+# Delta whose API differs is found before the first write (and its writes go one partition a
+# commit), not by a write that fails on every retry.
+METHODS = (
+    (f"{DELTA}.DeltaLog", "startTransaction", (OPTION, OPTION)),
+    (TRANSACTION, "txnVersion", ("java.lang.String",)),
+    (TRANSACTION, "updateSetTransaction", ("java.lang.String", "long", OPTION)),
+    (TRANSACTION, "commit", (SEQ, f"{DELTA}.DeltaOperations$Operation")),
+    (
+        WRITE_COMMAND,
+        "writeAndReturnCommitData",
+        (TRANSACTION, "org.apache.spark.sql.SparkSession", OPTION, "boolean"),
+    ),
+)
+# WriteIntoDelta(deltaLog, mode, options, partitionColumns, configuration, data, ...) and
+# DeltaOperations.Write(mode, partitionBy, predicate, ...): the leading parameters are given,
+# the others take their Scala defaults (the companion's ``$lessinit$greater$default$N``).
+COMMAND_LEADING = (
+    f"{DELTA}.DeltaLog",
+    "org.apache.spark.sql.SaveMode",
+    f"{DELTA}.DeltaOptions",
+    SEQ,
+    MAP,
     "org.apache.spark.sql.Dataset",
 )
-OPERATION_LEADING = ("org.apache.spark.sql.SaveMode", "scala.Option", "scala.Option")
+OPERATION_LEADING = ("org.apache.spark.sql.SaveMode", OPTION, OPTION)
 
 
 @dataclass(frozen=True)
@@ -100,14 +121,16 @@ class DeltaTransactions:
         try:
             self._none = jvm.scala.Option.empty()
             self._utils = jvm.org.apache.spark.api.python.PythonUtils
-            self._command = self._constructor(WRITE_COMMAND, COMMAND_LEADING)
-            self._operation = self._constructor(WRITE_OPERATION, OPERATION_LEADING)
+            for owner, method, types in METHODS:
+                self._require(owner, method, types)
+            self._command = Constructor(self, WRITE_COMMAND, COMMAND_LEADING)
+            self._operation = Constructor(self, WRITE_OPERATION, OPERATION_LEADING)
             self._overwrite = jvm.org.apache.spark.sql.SaveMode.Overwrite
         except UnsupportedDeltaError:
             raise
-        except Exception as exc:  # py4j: a class or method this Delta does not have
+        except Exception as exc:  # py4j: a class this Delta does not have
             raise UnsupportedDeltaError(
-                f"Delta's transaction API is not as expected: {exc}"
+                f"Delta's transaction API is not as expected: {str(exc).splitlines()[0]}"
             ) from exc
 
     def commit(
@@ -124,7 +147,7 @@ class DeltaTransactions:
         by the caller)."""
         jvm = self._jvm
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._jsession, path)
-        txn = log.startTransaction()
+        txn = log.startTransaction(self._none, self._none)
         fresh = [s for s in slices if txn.txnVersion(s.app_id) < s.last_offset]
         if not fresh:
             return []
@@ -139,38 +162,68 @@ class DeltaTransactions:
         partitions = self._utils.toSeq(list(partition_by))
         empty = self._utils.toScalaMap({})
         frame = data(fresh)._jdf
-        command = self._build(
-            self._command, [log, self._overwrite, options, partitions, empty, frame]
-        )
+        command = self._command.new([log, self._overwrite, options, partitions, empty, frame])
         written = command.writeAndReturnCommitData(txn, self._jsession, self._none, False)
         some = jvm.scala.Option.apply
-        operation = self._build(
-            self._operation, [self._overwrite, some(partitions), some(predicate)]
-        )
+        operation = self._operation.new([self._overwrite, some(partitions), some(predicate)])
         txn.commit(written.actions(), operation)
         return fresh
 
-    # -- Delta's constructors ---------------------------------------------------------------
+    # -- Delta's classes ----------------------------------------------------------------------
 
-    def _constructor(self, name: str, leading: Sequence[str]) -> Any:
+    def _class(self, name: str) -> Any:
         loader = self._jvm.Thread.currentThread().getContextClassLoader()
-        cls = self._jvm.java.lang.Class.forName(name, True, loader)
-        for constructor in cls.getConstructors():
-            types = [t.getName() for t in constructor.getParameterTypes()]
-            rest = types[len(leading) :]
-            if tuple(types[: len(leading)]) == leading and all(
-                t in ("scala.Option", "boolean") for t in rest
-            ):
-                return constructor
-        raise UnsupportedDeltaError(f"{name} has no constructor taking {', '.join(leading)}")
+        return self._jvm.java.lang.Class.forName(name, True, loader)
 
-    def _build(self, constructor: Any, given: list[Any]) -> Any:
-        types = [t.getName() for t in constructor.getParameterTypes()]
+    def _require(self, owner: str, method: str, types: Sequence[str]) -> None:
+        try:
+            self._class(owner).getMethod(method, self._classes(types))
+        except Exception as exc:  # py4j: Java's NoSuchMethodException
+            raise UnsupportedDeltaError(f"{owner} has no {method}({', '.join(types)})") from exc
+
+    def _classes(self, names: Sequence[str]) -> Any:
+        primitive = {
+            "long": self._jvm.java.lang.Long.TYPE,
+            "boolean": self._jvm.java.lang.Boolean.TYPE,
+        }
+        found = self.array(self._jvm.java.lang.Class, len(names))
+        for i, name in enumerate(names):
+            found[i] = primitive.get(name) or self._class(name)
+        return found
+
+    def array(self, kind: Any, length: int) -> Any:
         gateway = self.session.sparkContext._gateway
         assert gateway is not None
-        args = gateway.new_array(self._jvm.java.lang.Object, len(types))
-        for i, kind in enumerate(types):
-            args[i] = (
-                given[i] if i < len(given) else self._none if kind == "scala.Option" else False
+        return gateway.new_array(kind, length)
+
+
+class Constructor:
+    """A Scala case class's constructor whose leading parameters are given and the others
+    take their declared defaults."""
+
+    def __init__(self, delta: DeltaTransactions, name: str, leading: Sequence[str]) -> None:
+        self.delta = delta
+        cls = delta._class(name)
+        for constructor in cls.getConstructors():
+            types = [t.getName() for t in constructor.getParameterTypes()]
+            if tuple(types[: len(leading)]) == tuple(leading):
+                break
+        else:
+            raise UnsupportedDeltaError(f"{name} has no constructor taking {', '.join(leading)}")
+        self.constructor, self.count = constructor, len(types)
+        companion = delta._class(name + "$")
+        module = companion.getField("MODULE$").get(None)
+        nothing = delta.array(delta._jvm.java.lang.Class, 0)
+        no_args = delta.array(delta._jvm.java.lang.Object, 0)
+        self.defaults = {
+            i: companion.getMethod(f"$lessinit$greater$default${i + 1}", nothing).invoke(
+                module, no_args
             )
-        return constructor.newInstance(args)
+            for i in range(len(leading), len(types))
+        }
+
+    def new(self, given: Sequence[Any]) -> Any:
+        args = self.delta.array(self.delta._jvm.java.lang.Object, self.count)
+        for i in range(self.count):
+            args[i] = given[i] if i < len(given) else self.defaults[i]
+        return self.constructor.newInstance(args)
