@@ -7,6 +7,7 @@ partition's batch a commit where it cannot (Spark Connect, a Delta whose API dif
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -81,6 +82,37 @@ def test_several_partitions_batches_land_in_one_commit_with_an_identifier_each(
     assert offsets_in(spark, table) == [(p, o) for p in range(4) for o in range(150)]
     reader = delta_log.TransactionLog(table, "billing/")
     assert reader.versions(spark, [s.app_id for s in slices]) == {s.app_id: 149 for s in slices}
+
+
+def test_a_writer_thread_without_an_active_session_reads_a_checkpointed_table_and_commits(
+    spark: SparkSession, table: str
+) -> None:
+    """A worker builds its session in the thread that first needs it (the Poller's, reading
+    the table on assignment); its writer threads have no active session on the JVM side, and
+    Delta loads a checkpoint in its own threads with the caller's active session (CI: a worker
+    restarted on a table with a checkpoint failed every write, DELTA_SPARK_SESSION_NOT_SET)."""
+    delta = DeltaTransactions(spark)
+    layout = ("kafka_topic", "kafka_partition")
+    delta.commit(table, [piece(0, 0, 9)], frames(spark), layout)
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")
+    for first in range(10, 50, 10):
+        delta.commit(table, [piece(0, first, first + 9)], frames(spark))
+    assert list((Path(table) / "_delta_log").glob("*.checkpoint.parquet"))
+    jvm = spark._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as in a process that never read it
+    done: list[list[Slice]] = []
+
+    def write() -> None:
+        jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
+        done.append(delta.commit(table, [piece(0, 50, 59)], frames(spark)))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    writer.join(180)
+
+    assert done == [[piece(0, 50, 59)]]
+    assert offsets_in(spark, table) == [(0, o) for o in range(60)]
 
 
 def test_a_batch_the_table_holds_already_is_left_out_and_the_others_written(

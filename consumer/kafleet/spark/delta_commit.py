@@ -146,6 +146,10 @@ class DeltaTransactions:
         transaction that writes the others. Raises what Delta raises (a conflict is retried
         by the caller)."""
         jvm = self._jvm
+        # Delta reads the session from the calling thread (SparkSession.active), as the
+        # DataFrame writer sets it; a writer thread other than the one that built the session
+        # has none (DELTA_SPARK_SESSION_NOT_SET).
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._jsession)
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._jsession, path)
         txn = log.startTransaction(self._none, self._none)
         fresh = [s for s in slices if txn.txnVersion(s.app_id) < s.last_offset]

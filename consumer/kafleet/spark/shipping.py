@@ -304,7 +304,7 @@ class Shipper:
         self.stats.add(sink_write_failures=1)
         if self.failing_since is None:
             self.failing_since = time.time()
-        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        first_line = _first_line(exc)
         self.last_error = f"{type(exc).__name__}: {first_line}"
         log.warning(
             "writing %s failed (attempt %d): %s; retrying in %.1f s",
@@ -337,3 +337,14 @@ def _describe(batches: list[Batch]) -> str:
     parts = [f"{b.topic}[{b.partition}]@{b.first_offset}..{b.last_offset}" for b in batches if b]
     shown = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
     return f"{shown} ({sum(len(b) for b in batches)} records)"
+
+
+def _first_line(exc: Exception) -> str:
+    """What went wrong, in one line. A Py4J error's own first line names only the JVM object
+    called ("An error occurred while calling o225.txnVersion."): the Java exception says why."""
+    java = getattr(exc, "java_exception", None)
+    try:
+        text = str(java) if java is not None else str(exc)
+    except Exception:  # noqa: BLE001 - the JVM may be gone
+        text = str(exc)
+    return text.splitlines()[0] if text else ""
