@@ -45,10 +45,11 @@ class Scaled:
 
 @pytest.fixture(scope="module")
 def scaled(
-    fleet_cluster: Cluster, operator: Release, admin: AdminClient, kafka: str, pod_kafka: str
+    fleet_cluster: Cluster, operator: Release, kafka: str, pod_kafka: str
 ) -> Iterator[Scaled]:
     """A group of one replica facing a backlog that wants more replicas than partitions, run
     until its lag is 0."""
+    admin = AdminClient({"bootstrap.servers": kafka})  # the ``admin`` fixture is per test
     ns, name = operator.watched, "autoscaled"
     topic, receipts = topics(admin, f"load-{name}-{time.time_ns()}", PARTITIONS)
     produce(kafka, topic, PARTITIONS, BACKLOG)

@@ -20,7 +20,7 @@ from typing import Any, cast
 import kopf
 import pytest
 import yaml
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -260,12 +260,24 @@ def lagging_group(
         committer = Consumer({**bootstrap, "group.id": f"{topic}-group"})
         try:
             offsets = [TopicPartition(topic, p, o) for p, o in commits.items()]
-            committer.commit(offsets=offsets, asynchronous=False)
+            # A group's coordinator may still be loading its offsets partition (a cluster
+            # whose broker was just restarted: COORDINATOR_LOAD_IN_PROGRESS, retriable).
+            wait_until(lambda: _committed(committer, offsets), 60, "the group's first commit")
         finally:
             committer.close()
         return LaggingGroup(topic, f"{topic}-group", ends, commits)
 
     return make
+
+
+def _committed(committer: Consumer, offsets: list[TopicPartition]) -> bool:
+    try:
+        committer.commit(offsets=offsets, asynchronous=False)
+    except KafkaException as exc:
+        if not exc.args[0].retriable():
+            raise
+        return False
+    return True
 
 
 @dataclass
