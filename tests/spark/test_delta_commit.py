@@ -22,10 +22,10 @@ from kafleet.spark import delta_commit, delta_log
 from kafleet.spark.batcher import Batch
 from kafleet.spark.delta_commit import (
     DeltaTransactions,
-    Slice,
     UnsupportedDeltaError,
     combined_predicate,
 )
+from kafleet.spark.jobs import BatchInfo
 from kafleet.spark.sink import SparkSink
 from tests.infra import spark as spark_infra
 
@@ -43,12 +43,12 @@ def rows(partition: int, first: int, last: int) -> pa.Table:
     )
 
 
-def piece(partition: int, first: int, last: int) -> Slice:
-    return Slice(f"billing/{TOPIC}/{partition}", TOPIC, partition, first, last)
+def piece(partition: int, first: int, last: int) -> BatchInfo:
+    return BatchInfo("billing", TOPIC, partition, first, last, last - first + 1, 0, None)
 
 
 def frames(spark: SparkSession) -> Any:
-    def data(fresh: list[Slice]) -> DataFrame:
+    def data(fresh: list[BatchInfo]) -> DataFrame:
         tables = [rows(s.partition, s.first_offset, s.last_offset) for s in fresh]
         return spark.createDataFrame(pa.concat_tables(tables))
 
@@ -102,7 +102,7 @@ def test_a_writer_thread_without_an_active_session_reads_a_checkpointed_table_an
     jvm = spark._jvm
     assert jvm is not None
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # as in a process that never read it
-    done: list[list[Slice]] = []
+    done: list[list[BatchInfo]] = []
 
     def write() -> None:
         jvm.org.apache.spark.sql.SparkSession.clearActiveSession()
@@ -148,7 +148,9 @@ def test_a_concurrent_commit_of_the_same_partition_fails_this_one(
     delta = DeltaTransactions(spark)
     delta.commit(table, [piece(0, 0, 9), piece(1, 0, 9)], frames(spark))
 
-    def raced(fresh: list[Slice]) -> DataFrame:  # a stale owner of partition 1 commits meanwhile
+    def raced(
+        fresh: list[BatchInfo],
+    ) -> DataFrame:  # a stale owner of partition 1 commits meanwhile
         (
             spark.createDataFrame(rows(1, 10, 19))
             .write.format("delta")
@@ -171,7 +173,7 @@ def test_a_concurrent_commit_of_other_partitions_does_not_fail_this_one(
     layout = ("kafka_topic", "kafka_partition")
     delta.commit(table, [piece(p, 0, 9) for p in range(3)], frames(spark), layout)
 
-    def beside(fresh: list[Slice]) -> DataFrame:  # another worker writes partition 2 meanwhile
+    def beside(fresh: list[BatchInfo]) -> DataFrame:  # another worker writes partition 2 meanwhile
         delta.commit(table, [piece(2, 10, 19)], frames(spark))
         return frames(spark)(fresh)
 
@@ -189,7 +191,7 @@ def test_a_session_without_a_jvm_in_this_process_cannot_commit_several_identifie
 
 
 def test_the_combined_predicate_is_each_batchs_range_with_its_partition() -> None:
-    predicate = combined_predicate([piece(0, 5, 9), Slice("a", "it's", 3, 0, 1)])
+    predicate = combined_predicate([piece(0, 5, 9), BatchInfo("a", "it's", 3, 0, 1, 2, 2, None)])
 
     assert predicate == (
         "(kafka_topic = 'orders' AND kafka_partition = 0 AND kafka_offset BETWEEN 5 AND 9) OR "

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafleet.errors import KafleetError
+from kafleet.spark.jobs import BatchInfo
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,35 +73,10 @@ COMMAND_LEADING = (
 OPERATION_LEADING = ("org.apache.spark.sql.SaveMode", OPTION, OPTION)
 
 
-@dataclass(frozen=True)
-class Slice:
-    """One partition's batch in a commit: its identifier, version and offsets."""
-
-    app_id: str
-    topic: str
-    partition: int
-    first_offset: int
-    last_offset: int
-
-
-def quoted(topic: str) -> str:
-    return "'" + topic.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def range_predicate(topic: str, partition: int, first: int, last: int) -> str:
-    """A batch's rows in the table, by their Kafka coordinates."""
-    return (
-        f"kafka_topic = {quoted(topic)} AND kafka_partition = {partition} "
-        f"AND kafka_offset BETWEEN {first} AND {last}"
-    )
-
-
-def combined_predicate(slices: Sequence[Slice]) -> str:
-    """The rows of every slice. Each range names its partition, so Delta's delete reads only
+def combined_predicate(batches: Sequence[BatchInfo]) -> str:
+    """The rows of every batch. Each range names its partition, so Delta's delete reads only
     those partitions' files, and a commit of other partitions meanwhile is no conflict."""
-    return " OR ".join(
-        f"({range_predicate(s.topic, s.partition, s.first_offset, s.last_offset)})" for s in slices
-    )
+    return " OR ".join(f"({b.range_predicate})" for b in batches)
 
 
 class UnsupportedDeltaError(KafleetError):
@@ -136,12 +111,13 @@ class DeltaTransactions:
     def commit(
         self,
         path: str,
-        slices: Sequence[Slice],
-        data: Callable[[list[Slice]], DataFrame],
+        batches: Sequence[BatchInfo],
+        data: Callable[[list[BatchInfo]], DataFrame],
         partition_by: Sequence[str] = (),
-    ) -> list[Slice]:
-        """Write the rows of ``slices`` (``data`` gives them as one DataFrame) and each slice's
-        identifier in one commit; the slices written. Those the table already holds (a retry
+    ) -> list[BatchInfo]:
+        """Write the rows of ``batches`` (``data`` gives them as one DataFrame) and each
+        batch's identifier (``app_id``, its last offset the version) in one commit; the
+        batches written. Those the table already holds (a retry
         after a lost answer, a batch a stale writer finished) are left out, in the same
         transaction that writes the others. Raises what Delta raises (a conflict is retried
         by the caller)."""
@@ -152,12 +128,12 @@ class DeltaTransactions:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._jsession)
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._jsession, path)
         txn = log.startTransaction(self._none, self._none)
-        fresh = [s for s in slices if txn.txnVersion(s.app_id) < s.last_offset]
+        fresh = [b for b in batches if txn.txnVersion(b.app_id) < b.last_offset]
         if not fresh:
             return []
         now = jvm.scala.Option.apply(int(time.time() * 1000))
-        for s in fresh:
-            txn.updateSetTransaction(s.app_id, s.last_offset, now)
+        for b in fresh:
+            txn.updateSetTransaction(b.app_id, b.last_offset, now)
         predicate = combined_predicate(fresh)
         conf = self._jsession.sessionState().conf()
         options = jvm.org.apache.spark.sql.delta.DeltaOptions(

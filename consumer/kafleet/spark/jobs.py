@@ -14,8 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kafleet.spark import delta_commit
-
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -41,8 +39,10 @@ class BatchInfo:
     @property
     def range_predicate(self) -> str:
         """The batch's rows in the table, by their coordinates (for ``replaceWhere``)."""
-        return delta_commit.range_predicate(
-            self.topic, self.partition, self.first_offset, self.last_offset
+        topic = "'" + self.topic.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return (
+            f"kafka_topic = {topic} AND kafka_partition = {self.partition} "
+            f"AND kafka_offset BETWEEN {self.first_offset} AND {self.last_offset}"
         )
 
     @property

@@ -149,7 +149,7 @@ class SparkSink:
         session = self.session()
         try:
             if self._created.is_set() and not self.idempotent:
-                self.job(session.createDataFrame(_concat([t for t, _ in ready])), _merged(ready))
+                self._run_job(session, ready)
             else:
                 # Writers creating a new table at once conflict (Delta), so the first write
                 # goes alone. So do idempotent ones: a replaceWhere conflicts with any
@@ -160,9 +160,7 @@ class SparkSink:
                     if len(ready) > 1 and self.idempotent:
                         self._commit_together(session, ready)
                     else:
-                        self.job(
-                            session.createDataFrame(_concat([t for t, _ in ready])), _merged(ready)
-                        )
+                        self._run_job(session, ready)
                 self._created.set()
         except Exception:
             self._forget_session()
@@ -184,28 +182,29 @@ class SparkSink:
                 self.job(session.createDataFrame(table), info)
             return
         tables = {info.app_id: table for table, info in ready}
-        slices = [
-            delta_commit.Slice(i.app_id, i.topic, i.partition, i.first_offset, i.last_offset)
-            for _, i in ready
-        ]
+        batches = [info for _, info in ready]
         columns = set(ready[0][0].column_names)
         partition_by = PARTITIONED_BY if self._new_table and set(PARTITIONED_BY) <= columns else ()
         assert self.settings.table is not None
         written = transactions.commit(
             self.settings.table,
-            slices,
-            lambda fresh: session.createDataFrame(_concat([tables[s.app_id] for s in fresh])),
+            batches,
+            lambda fresh: session.createDataFrame(_concat([tables[b.app_id] for b in fresh])),
             partition_by,
         )
-        if len(written) < len(slices):
+        if len(written) < len(batches):
             log.info(
                 "%d of %d batches were in the table already",
-                len(slices) - len(written),
-                len(slices),
+                len(batches) - len(written),
+                len(batches),
             )
         if self._new_table and written:
             self._new_table = False
             log.info("created %s with its first batches", self.settings.table)
+
+    def _run_job(self, session: SparkSession, ready: list[tuple[pa.Table, BatchInfo]]) -> None:
+        """The job on the batches as one DataFrame (several only for the default job's append)."""
+        self.job(session.createDataFrame(_concat([t for t, _ in ready])), _merged(ready))
 
     def append_to_delta(self, df: DataFrame, info: BatchInfo) -> None:
         """The default job: an append to the Delta table at ``spark.table``.
