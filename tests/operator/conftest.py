@@ -115,6 +115,11 @@ class Operator:
                     return float(sample.value)
         return None
 
+    def tail(self, lines: int = 40) -> str:
+        """The last lines of this operator's log, for a failure's message."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return f"operator log {self.log}:\n" + "\n".join(text.splitlines()[-lines:])
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
