@@ -56,6 +56,7 @@ COORDINATOR_MOVING = {
 }
 Found = dict[TP, int | None] | Failure
 JAVA_OFF_S = 600.0  # Java's admin never answered a group: librdkafka's way this long
+FIRST_CALL_S = 10.0  # until Java's admin has answered once, each call's time at least
 # Codes of one group's own refusal, not of the connection: Java answered for the cluster.
 GROUPS_OWN = {KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError._BAD_MSG}
 
@@ -83,6 +84,10 @@ class CommittedOffsets:
         self.way = "java"
         import jpype
 
+        if not self._java_answered:  # its first calls: class loading and connecting are
+            # not the cluster's answer; a cold JVM beside a busy pass was timed out in the rest
+            # of the read's deadline, and Java's way was then left for JAVA_OFF_S
+            deadline = max(deadline, time.monotonic() + FIRST_CALL_S)
         try:
             found = self._java(client, watched, deadline)
         except jpype.JException as exc:
