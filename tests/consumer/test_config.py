@@ -151,6 +151,12 @@ def test_classic_protocol_renders_cooperative_sticky_and_kip848_leaves_it_to_the
     assert "session.timeout.ms" not in kip848
 
 
+def test_a_fetch_at_the_log_end_is_held_100_ms_unless_the_kafka_section_says_otherwise() -> None:
+    assert load_config(None, BASE).librdkafka()["fetch.wait.max.ms"] == 100
+    own = load_config(None, {**BASE, "kafka": {"fetch.wait.max.ms": 500}}).librdkafka()
+    assert own["fetch.wait.max.ms"] == 500
+
+
 def test_only_tunable_fields_change_live_and_the_rest_are_named_for_a_restart() -> None:
     old = ConsumerConfig(**BASE)
     new = ConsumerConfig(**{**BASE, "concurrency": 64, "max_poll_records": 100, "ordering": "key"})
