@@ -9,6 +9,7 @@ joins do not count. Does not own any benchmark's workload.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -16,6 +17,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -139,20 +141,23 @@ def time_kafleet(
     ctx: Context, topic: str, count: int, handler: Callable[..., Any], **fields: Any
 ) -> float:
     """Seconds from the first record handled to the ``count``-th, with a fresh group. The
-    handler may be of one record or a batch (``@batch_handler``), a function or a coroutine."""
-    lock = threading.Lock()
-    seen = 0
-    first: float | None = None
+    handler may be of one record or a batch (``@batch_handler``), a function or a coroutine.
+
+    Records are counted without a lock: ``next()`` of an ``itertools.count`` is atomic under
+    the GIL, so counting adds about what the raw loop's ``seen += 1`` costs, not a lock per
+    record that the raw loop does not pay (until 2026-11-29 it was a lock, about 0.2 µs a
+    record charged to kafleet's record handler rows)."""
+    tally = itertools.count(1)
+    started: list[float] = []  # the first record's time (a rare race appends two: the min)
     finished = threading.Event()
 
     def count_up(records: int) -> None:
-        nonlocal seen, first
-        with lock:
-            if first is None:
-                first = time.monotonic()
-            seen += records
-            if seen >= count:
-                finished.set()
+        if not started:
+            started.append(time.monotonic())
+        if records > 1:
+            deque(itertools.islice(tally, records - 1), maxlen=0)
+        if next(tally) >= count:
+            finished.set()
 
     kind = kind_of(handler)
     counted: Callable[..., Any]
@@ -186,9 +191,9 @@ def time_kafleet(
     consumer = ParallelConsumer(config, counted).start()
     try:
         if not finished.wait(timeout=1800):
-            raise RuntimeError(f"kafleet handled {seen} of {count} records in 30 minutes")
-        assert first is not None
-        return time.monotonic() - first
+            handled = next(tally) - 1
+            raise RuntimeError(f"kafleet handled {handled} of {count} records in 30 minutes")
+        return time.monotonic() - min(started)
     finally:
         consumer.close(grace_s=5)
 

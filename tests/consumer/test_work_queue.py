@@ -3,6 +3,7 @@ when to pause and resume; records travel as chunks and leave as runs."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -362,3 +363,28 @@ def test_finishing_a_run_twice_changes_nothing() -> None:
     q.finish(run, 1)
 
     assert q.in_flight == 0
+
+
+def test_a_released_thread_takes_its_next_run_in_the_same_step_and_wakes_no_other() -> None:
+    q = queues("partition", concurrency=1)
+    push(q, [msg(0, 0), msg(0, 1)])
+    run = take_one(q)
+    q.finish(run)
+    woken: list[Run | None] = []
+    waiter = threading.Thread(target=lambda: woken.append(q.take(timeout=0.3)))
+    waiter.start()
+    time.sleep(0.05)  # the other thread waits in take()
+    follow = q.release(max_run=1)
+    assert follow is not None
+    assert where(follow) == [(0, 1)]
+    waiter.join()
+    assert woken == [None]  # nothing was left for it, and the limit was taken again at once
+
+
+def test_a_release_takes_nothing_above_a_lowered_concurrency_limit() -> None:
+    q = queues("unordered", concurrency=2)
+    push(q, [msg(0, 0), msg(0, 1), msg(0, 2)])
+    first, _ = take_one(q), take_one(q)
+    q.set_concurrency(1)
+    q.finish(first)
+    assert q.release(max_run=1) is None  # one run is still out: the limit of 1 is reached

@@ -109,12 +109,30 @@ class Dispatch:
             self._busy += 1
         return run
 
-    def release(self) -> None:
-        """A run taken with :meth:`take` is over: its thread is free for another."""
+    def release(
+        self,
+        max_run: int = 0,
+        finished: Run | None = None,
+        count: int | None = None,
+        mark_done: Callable[[Run], object] | None = None,
+    ) -> Run | None:
+        """A run taken with :meth:`take` is over: its thread is free for another. In the same
+        step, under one lock: the first ``count`` records of ``finished`` (all: None) are
+        finished as :meth:`finish` does, and with ``max_run`` the thread takes its next run
+        (up to ``max_run`` records), if one may start now, and no waiting thread is woken for
+        it: a thread that just finished a run goes straight on to the next, no hand-over."""
         with self._lock:
+            if finished is not None and finished.alive and (count is None or count > 0):
+                self._finish_locked(finished, count, mark_done)
             self._busy -= 1
-            if self._line and self._waiting:
+            run = None
+            if max_run and not self._closed and self._busy < self._concurrency:
+                run = self._take_locked(max_run)
+            # A thread that took its next run left the places as they were: whoever waits
+            # waited before with the same lanes ready. Only a place freed may wake one.
+            if run is None and self._line and self._waiting and self._busy < self._concurrency:
                 self._work.notify()
+            return run
 
     def finish(
         self,
@@ -133,6 +151,12 @@ class Dispatch:
         if (count is not None and count <= 0) or not run.alive:
             return
         with self._lock:
+            self._finish_locked(run, count, mark_done)
+
+    def _finish_locked(
+        self, run: Run, count: int | None, mark_done: Callable[[Run], object] | None
+    ) -> None:
+        if run.alive:
             head = run if count is None or count >= len(run.messages) else run.split(count)
             current = head.alive and self._partitions.get(head.tp) is head.owner
             if mark_done is not None and current:

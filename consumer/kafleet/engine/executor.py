@@ -85,6 +85,7 @@ class Executor:
         self.on_results = on_results
         self.is_async = self.kind.coroutine
         self.stopping = threading.Event()
+        self.halted = False  # ``stopping`` as a plain flag: read once a record, it costs no call
         self.policy = FailurePolicy(config, queues, stats, dead_letters, self.stopping)
         self._threads: list[threading.Thread] = []
         self._coroutines: CoroutineRuns | None = None
@@ -122,6 +123,7 @@ class Executor:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop taking records and wake every thread; in-flight handlers are not interrupted."""
+        self.halted = True
         self.stopping.set()
         self.queues.close()
         if self._coroutines is not None:
@@ -189,26 +191,43 @@ class Executor:
     # -- plain functions ------------------------------------------------------------------
 
     def _work(self, active: Active) -> None:
+        run: Run | None = None
         while not self.stopping.is_set():
-            run = self.queues.take(timeout=0.2, max_run=self._run_length())
             if run is None:
-                continue
-            try:
-                if self.kind.batch:
-                    self._functions.run_batch(run)
-                else:
-                    self._functions.run_records(run, active)
-            except Exception as exc:  # a bug in kafleet: report it, keep the thread
-                log.exception("internal error while handling %s", describe(run))
-                self.stats.fatal_error = f"internal error on {describe(run)}: {exc!r}"
-                if active.run is run:
-                    self.report(active, rest=True)
-                elif run.alive:
-                    self.finish(run, done=False)
-            finally:
-                with active.lock:
-                    active.run = None
-                self.queues.release()
+                run = self.queues.take(timeout=0.2, max_run=self._run_length())
+                if run is None:
+                    continue
+            self._handle(run, active)
+            run = self._end(run, active)
+        if run is not None:  # taken as the Executor stopped: handed back, never started
+            self.finish(run, done=False)
+            self.queues.release()
+
+    def _end(self, run: Run, active: Active) -> Run | None:
+        """The run's records done and not reported yet are finished, this thread's place is
+        freed and its next run taken, in one step of the queues: no waiting thread is woken
+        for a run this one goes on with. The reporter thread no longer sees the run."""
+        with active.lock:
+            count = active.done - active.reported if active.run is run else 0
+            active.run = None
+        whole = count >= len(run.messages)
+        return self.queues.release(
+            self._run_length(), run if count else None, None if whole else count, self._mark_done
+        )
+
+    def _handle(self, run: Run, active: Active) -> None:
+        try:
+            if self.kind.batch:
+                self._functions.run_batch(run)
+            else:
+                self._functions.run_records(run, active)
+        except Exception as exc:  # a bug in kafleet: report it, keep the thread
+            log.exception("internal error while handling %s", describe(run))
+            self.stats.fatal_error = f"internal error on {describe(run)}: {exc!r}"
+            if active.run is run:
+                self.report(active, rest=True)
+            elif run.alive:
+                self.finish(run, done=False)
 
     # -- shared by both kinds --------------------------------------------------------------
 

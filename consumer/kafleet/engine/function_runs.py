@@ -46,7 +46,7 @@ class FunctionRuns:
         started = time.monotonic()
         handled = 0
         for i, message in enumerate(run.messages):
-            if i and (owner.closed or ex.stopping.is_set()):  # revoked, stopped, shut down
+            if i and (owner.closed or ex.halted):  # revoked, stopped, shut down
                 ex.report(active, rest=True)
                 break
             record = of_message(topic, partition, message)
@@ -63,8 +63,8 @@ class FunctionRuns:
                     ex.report(active, back=1)
                     continue
             active.done = i + 1
-        else:
-            ex.report(active)
+        # The records done and not reported yet are finished as the thread takes its next run
+        # (``Executor._end``): one step of the queues for both.
         if handled:
             ex.succeeded(time.monotonic() - started, handled)
 

@@ -252,8 +252,14 @@ class WorkQueues:
     def take_more(self, runs: int, max_run: int = 1, ending: int = 0) -> list[Run]:
         return self._dispatch.take_more(runs, max_run, ending)
 
-    def release(self) -> None:
-        self._dispatch.release()
+    def release(
+        self,
+        max_run: int = 0,
+        finished: Run | None = None,
+        count: int | None = None,
+        mark_done: Callable[[Run], object] | None = None,
+    ) -> Run | None:
+        return self._dispatch.release(max_run, finished, count, mark_done)
 
     def finish(
         self,
