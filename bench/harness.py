@@ -169,14 +169,25 @@ def time_kafleet(
             return result
 
         counted = counted_async
-    else:
+    elif kind.batch:
 
-        def counted_sync(item: Any) -> Any:
+        def counted_batch(item: Any) -> Any:
             result = handler(item)
-            count_up(len(item) if kind.batch else 1)
+            count_up(len(item))
             return result
 
-        counted = counted_sync
+        counted = counted_batch
+    else:
+
+        def counted_record(item: Any) -> Any:  # count_up's one-record case, inline: no call
+            result = handler(item)
+            if not started:
+                started.append(time.monotonic())
+            if next(tally) >= count:
+                finished.set()
+            return result
+
+        counted = counted_record
     if kind.batch:
         counted = batch_handler(counted)
     config = load_config(

@@ -122,9 +122,11 @@ class Dispatch:
         (up to ``max_run`` records), if one may start now, and no waiting thread is woken for
         it: a thread that just finished a run goes straight on to the next, no hand-over."""
         with self._lock:
-            if finished is not None and finished.alive and (count is None or count > 0):
-                self._finish_locked(finished, count, mark_done)
-            self._busy -= 1
+            try:
+                if finished is not None and finished.alive and (count is None or count > 0):
+                    self._finish_locked(finished, count, mark_done)
+            finally:  # the place is freed even if finishing raised (a bug: the caller says it)
+                self._busy -= 1
             run = None
             if max_run and not self._closed and self._busy < self._concurrency:
                 run = self._take_locked(max_run)

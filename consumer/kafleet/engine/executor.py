@@ -197,8 +197,14 @@ class Executor:
                 run = self.queues.take(timeout=0.2, max_run=self._run_length())
                 if run is None:
                     continue
-            self._handle(run, active)
-            run = self._end(run, active)
+            ended, run = run, None
+            self._handle(ended, active)
+            try:
+                run = self._end(ended, active)
+            except Exception as exc:  # noqa: BLE001 - a bug in kafleet (offsets marked twice),
+                self._internal_error(ended, exc)  # logged; the place is free, the run goes back
+                if ended.alive:
+                    self.finish(ended, done=False)
         if run is not None:  # taken as the Executor stopped: handed back, never started
             self.finish(run, done=False)
             self.queues.release()
@@ -210,9 +216,12 @@ class Executor:
         with active.lock:
             count = active.done - active.reported if active.run is run else 0
             active.run = None
-        whole = count >= len(run.messages)
+        if 0 < count < len(run.messages):  # never so today: the rest would have no holder
+            self.finish(run, count)
+            self.finish(run, done=False)
+            count = 0
         return self.queues.release(
-            self._run_length(), run if count else None, None if whole else count, self._mark_done
+            self._run_length(), run if count else None, None, self._mark_done
         )
 
     def _handle(self, run: Run, active: Active) -> None:
@@ -221,13 +230,16 @@ class Executor:
                 self._functions.run_batch(run)
             else:
                 self._functions.run_records(run, active)
-        except Exception as exc:  # a bug in kafleet: report it, keep the thread
-            log.exception("internal error while handling %s", describe(run))
-            self.stats.fatal_error = f"internal error on {describe(run)}: {exc!r}"
+        except Exception as exc:  # noqa: BLE001 - a bug in kafleet: logged, the thread kept
+            self._internal_error(run, exc)
             if active.run is run:
                 self.report(active, rest=True)
             elif run.alive:
                 self.finish(run, done=False)
+
+    def _internal_error(self, run: Run, exc: Exception) -> None:
+        log.exception("internal error while handling %s", describe(run))
+        self.stats.fatal_error = f"internal error on {describe(run)}: {exc!r}"
 
     # -- shared by both kinds --------------------------------------------------------------
 

@@ -43,19 +43,21 @@ class FunctionRuns:
         topic, partition = run.tp
         handler, owner, ship = ex.handler, run.owner, ex.on_results
         assert isinstance(owner, PartitionState)
+        messages = run.messages  # the run's own list: a split gives the run a new one
+        tried, failed = len(messages), 0  # handled: those tried whose first attempt passed
         started = time.monotonic()
-        handled = 0
-        for i, message in enumerate(run.messages):
+        for i, message in enumerate(messages):
             if i and (owner.closed or ex.halted):  # revoked, stopped, shut down
                 ex.report(active, rest=True)
+                tried = i
                 break
             record = of_message(topic, partition, message)
             try:
                 result = handler(record)
                 if result is not None and ship is not None:
                     ex.ship(run, [(record, result)])
-                handled += 1
             except Exception as exc:  # noqa: BLE001 - any handler failure goes to the policy
+                failed += 1
                 failed_at = time.monotonic()
                 outcome = self._record_failed(record, message, run, exc)
                 started += time.monotonic() - failed_at  # retries and backoff: not the run's
@@ -65,8 +67,8 @@ class FunctionRuns:
             active.done = i + 1
         # The records done and not reported yet are finished as the thread takes its next run
         # (``Executor._end``): one step of the queues for both.
-        if handled:
-            ex.succeeded(time.monotonic() - started, handled)
+        if tried > failed:
+            ex.succeeded(time.monotonic() - started, tried - failed)
 
     def _record_failed(self, record: Record, message: Message, run: Run, exc: Exception) -> Outcome:
         """A record's first attempt failed: the rest of its attempts, then the policy."""

@@ -84,12 +84,16 @@ class CommittedOffsets:
         self.way = "java"
         import jpype
 
+        java_deadline = deadline
         if not self._java_answered:  # its first calls: class loading and connecting are
             # not the cluster's answer; a cold JVM beside a busy pass was timed out in the rest
-            # of the read's deadline, and Java's way was then left for JAVA_OFF_S
-            deadline = max(deadline, time.monotonic() + FIRST_CALL_S)
+            # of the read's deadline, and Java's way was then left for JAVA_OFF_S. Never past
+            # FIRST_CALL_S after the read's deadline: the operator stops waiting for a reading
+            # process's answer a little later (``readers.ANSWER_S``) and replaces it.
+            wanted = time.monotonic() + FIRST_CALL_S
+            java_deadline = max(deadline, min(wanted, deadline + FIRST_CALL_S))
         try:
-            found = self._java(client, watched, deadline)
+            found = self._java(client, watched, java_deadline)
         except jpype.JException as exc:
             log.warning("the Java admin refused the committed offsets' call: %s", exc)
             self.way = "librdkafka"
