@@ -19,12 +19,15 @@ state snapshot. Thin on purpose: the behaviour lives in the modules it wires.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from confluent_kafka import Consumer, KafkaException
 
 from kafleet.config.model import ConsumerConfig
 from kafleet.engine.dead_letter import DeadLetterWriter, ensure_topic, producer_config
@@ -125,6 +128,7 @@ class ParallelConsumer:
     def start(self) -> ParallelConsumer:
         if self._thread is not None:
             raise RuntimeError("this ParallelConsumer was started already")
+        _judge_client_properties(self.config)
         if self.dead_letters is not None:  # most brokers do not create it on first use
             self.dead_letters.check_topic()
         if isinstance(self.sink, SparkSink):
@@ -279,3 +283,21 @@ def _each(on_result: ResultSink, run: Run, pairs: list[tuple[Any, Any]] | TableR
         pairs = [(of_message(*run.tp, m), row) for m, row in zip(pairs.messages, rows, strict=True)]
     for record, result in pairs:
         on_result(record, result)
+
+
+QUOTED = re.compile(r'"([^"]+)"')  # the property librdkafka's refusal names
+
+
+def _judge_client_properties(config: ConsumerConfig) -> None:
+    """librdkafka's own judgement of the client's properties, before anything starts (a client
+    made and closed at once, joining no group): values under ``kafka`` reach librdkafka as
+    given, and only it knows each one's type and range. A refusal is a ``ConfigError`` naming
+    the field (``kafka.<property>``), not the Poller's traceback after the start."""
+    try:
+        Consumer(config.librdkafka()).close()
+    except KafkaException as exc:
+        reason = exc.args[0].str() if exc.args else str(exc)
+        named = QUOTED.search(reason)
+        name = named.group(1) if named else None
+        field = f"kafka.{name}" if name in config.kafka else "kafka"
+        raise ConfigError([FieldProblem(field, reason)]) from None

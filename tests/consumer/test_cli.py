@@ -64,6 +64,15 @@ MISTAKES = {
     "handler-missing": (GOOD, "handler"),
     "handler-module-with-a-syntax-error": (GOOD + "handler: broken_handler:bill\n", "handler"),
     "not-a-mapping": ("- just\n- a list\n", "mapping"),
+    # librdkafka alone knows its properties' types: judged at start, before any connection
+    "kafka-value-librdkafka-refuses": (
+        GOOD + "handler: json:dumps\nkafka: {fetch.wait.max.ms: abc}\n",
+        "kafka.fetch.wait.max.ms",
+    ),
+    "kafka-property-librdkafka-does-not-know": (
+        GOOD + "handler: json:dumps\nkafka: {fetch.wait.max.msec: 100}\n",
+        "kafka.fetch.wait.max.msec",
+    ),
 }
 
 
