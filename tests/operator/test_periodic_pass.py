@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kafleet_operator.reconcile import periodic
+from tests.operator.test_standby import Readers
 
 BODY = {"metadata": {"namespace": "ns", "name": "cg", "uid": "u"}, "spec": {}}
 
@@ -20,13 +21,13 @@ class Target:
     key = bootstrap = want = "a:9092"
 
 
-class SlowReaders:
+class SlowReaders(Readers):
     """One cluster whose read returns only when the test lets it."""
 
-    asked = threading.Event()
+    asked = threading.Event()  # type: ignore[assignment]
     answer = threading.Event()
 
-    def get(self, target: Target) -> Any:
+    def get(self, target: Target) -> Any:  # type: ignore[override]
         class Reader:
             def read(self, wants: list[Any]) -> dict[str, Any]:
                 SlowReaders.asked.set()
@@ -37,15 +38,6 @@ class SlowReaders:
 
     def __len__(self) -> int:
         return 1
-
-    def drop(self, key: str) -> None:
-        pass
-
-    def sweep(self, busy: set[str]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_pass_cancelled_while_a_read_is_out_leaves_no_task_that_fails_when_it_returns(
